@@ -1,0 +1,5 @@
+import sys
+
+from prmkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,93 @@
+"""The `prmkit` command: parse arguments, call one library function, print the result.
+
+Heavy libraries are imported inside the commands so `prmkit --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from prmkit.errors import PRMError
+
+
+def cmd_train(args) -> int:
+    from prmkit.config import load_config
+    from prmkit.summary import print_summary
+    from prmkit.train import train
+
+    config = load_config(args.config, args.overrides)
+    _quiet_transformers()
+    summary = train(config, overwrite=args.overwrite)
+    print_summary(summary)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from prmkit.export import export_merged
+
+    _quiet_transformers()
+    out = export_merged(args.run, args.merge, overwrite=args.overwrite)
+    print(f"merged model written to {out} (load it with AutoModelForTokenClassification.from_pretrained)")
+    return 0
+
+
+def cmd_config(args) -> int:
+    from prmkit.config import config_to_yaml, load_config
+
+    print(config_to_yaml(load_config(args.config, args.overrides)), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prmkit", description="Train, evaluate and use Process Reward Models.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a PRM from a YAML config",
+                                description="Train a PRM. Overrides use the YAML keys: training.lr=1e-4")
+    train.add_argument("config", help="YAML config file")
+    train.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    train.set_defaults(func=cmd_train)
+
+    export = commands.add_parser("export", help="export a run as a standalone transformers model")
+    export.add_argument("run", help="run folder or checkpoint")
+    export.add_argument("--merge", required=True, metavar="OUT", help="folder for the merged model")
+    export.add_argument("--overwrite", action="store_true", help="replace OUT if it holds files")
+    export.set_defaults(func=cmd_export)
+
+    config = commands.add_parser("config", help="print the full config (defaults + file + overrides) as YAML")
+    config.add_argument("config", nargs="?", help="YAML config file")
+    config.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    config.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.command == "config" and args.config and "=" in args.config:
+        args.overrides, args.config = [args.config, *args.overrides], None
+    try:
+        return args.func(args)
+    except PRMError as err:
+        if args.debug:
+            raise
+        print(f"prmkit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("prmkit: interrupted; a training run continues from its last checkpoint with training.resume=latest",
+              file=sys.stderr)
+        return 130
+
+
+def _quiet_transformers() -> None:
+    """Keep transformers' load reports (e.g. 'score.weight newly initialized', which is expected here) off screen."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

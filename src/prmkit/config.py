@@ -1,0 +1,206 @@
+"""The typed run configuration: every default lives here, once.
+
+A run is described by a YAML file plus `section.key=value` overrides (`prmkit train cfg.yaml training.lr=1e-4`).
+Unknown keys are errors, and every problem of a config is reported at once, in the user's own spelling.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from prmkit.errors import PRMError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    base: str = Field("smollm2-135m", description="Alias, local folder, hub id, or a .gguf file")
+    gguf_file: str | None = Field(None, description="GGUF file name inside `base` when base is a folder")
+    trust_remote_code: bool = Field(False, description="Run code shipped with the model; off unless you trust it")
+    finetune: Literal["lora", "full"] = "lora"
+    add_separator_token: bool = Field(False, description="Add data.separator to the vocabulary as one new token")
+    attn_implementation: str | None = Field(None, description="e.g. sdpa, eager, flash_attention_2")
+
+
+class DataConfig(Section):
+    train: str | None = None
+    val: str | None = None
+    val_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+    max_length: int = Field(1024, gt=8)
+    separator: str = "\n\n"
+    label_scheme: Literal["auto", "binary", "ternary"] = "auto"
+    neutral_label: Literal["positive", "negative", "ignore"] = "positive"
+    train_on_last_step_only: bool = False
+    skip_invalid: bool = False
+
+
+class LoraSettings(Section):
+    r: int = Field(16, gt=0)
+    alpha: float = Field(32, gt=0)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+
+
+class LossConfig(Section):
+    type: Literal["mse", "bce"] = "bce"
+
+
+class TrainingConfig(Section):
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int = Field(-1, description="Optimizer steps; overrides epochs when > 0")
+    batch_size: int = Field(8, gt=0)
+    eval_batch_size: int | None = Field(None, gt=0)
+    gradient_accumulation_steps: int = Field(1, gt=0)
+    lr: float = Field(1e-4, gt=0)
+    scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts",
+                       "polynomial", "inverse_sqrt"] = "linear"
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, ge=0.0, description="0 disables clipping")
+    optimizer: Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop"] = "adamw_torch"
+    gradient_checkpointing: bool = False
+    seed: int = 42
+    logging_steps: int = Field(10, gt=0)
+    eval_steps: int | None = Field(None, gt=0, description="Evaluate every N steps; default: at each epoch end")
+    save_steps: int = Field(500, gt=0)
+    save_total_limit: int | None = Field(3, gt=0)
+    report_to: list[str] = Field(default_factory=list, description="e.g. [tensorboard], [wandb]")
+    resume: str | None = Field(None, description="'latest' or a checkpoint folder")
+    dataloader_num_workers: int = Field(0, ge=0)
+
+
+class DistributedConfig(Section):
+    fsdp: str = Field("", description="transformers' fsdp option, e.g. 'full_shard auto_wrap'")
+    fsdp_config: dict[str, Any] = Field(default_factory=dict)
+    deepspeed: str | dict[str, Any] | None = Field(None, description="DeepSpeed JSON file or inline dict")
+    ddp_find_unused_parameters: bool | None = None
+
+
+class Config(Section):
+    output_dir: str = "runs"
+    run_name: str = "prm"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Config":
+        problems = []
+        if self.data.val and self.data.val_fraction:
+            problems.append("data.val and data.val_fraction are both set; use one source of validation data")
+        if "max_steps" in self.training.model_fields_set and "epochs" in self.training.model_fields_set \
+                and self.training.max_steps > 0:
+            problems.append("training.epochs and training.max_steps are both set; set one of them")
+        if self.training.warmup_ratio and self.training.warmup_steps:
+            problems.append("training.warmup_ratio and training.warmup_steps are both set; set one of them")
+        if self.model.finetune == "full" and self.lora.model_fields_set:
+            keys = ", ".join(f"lora.{k}" for k in sorted(self.lora.model_fields_set))
+            problems.append(f"{keys} set but model.finetune is 'full'; remove them or use model.finetune=lora")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+
+def parse_overrides(overrides: list[str]) -> tuple[dict, list[str]]:
+    """`a.b=value` strings -> nested dict; values are read as YAML scalars (numbers, booleans, lists)."""
+    tree: dict = {}
+    problems = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"override '{item}': expected key=value, e.g. training.lr=1e-4")
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = tree
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                problems.append(f"override '{item}': '{part}' is not a section")
+                break
+        else:
+            node[parts[-1]] = value
+    return tree, problems
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (optional) and apply overrides; raise PRMError listing every problem."""
+    data: dict = {}
+    problems: list[str] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise PRMError(f"config file {path} not found; give the path of a YAML file")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise PRMError(f"{path}: not valid YAML ({err})") from None
+        if not isinstance(data, dict):
+            raise PRMError(f"{path}: expected a mapping of sections (model:, data:, ...), got {type(data).__name__}")
+    tree, override_problems = parse_overrides(overrides or [])
+    problems += override_problems
+    _merge(data, tree)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        problems += [_describe(e) for e in err.errors()]
+        config = None
+    if problems:
+        source = f" in {path}" if path else ""
+        raise PRMError(f"{len(problems)} problem(s) with the config{source}:\n" + "\n".join(f"  - {p}" for p in problems))
+    return config
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _merge(base: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def _describe(error: dict) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{key}: unknown key{_suggestion(error['loc'])}"
+    if not key:
+        return error["msg"].removeprefix("Value error, ")
+    return f"{key}: {error['msg']} (got {error.get('input')!r})"
+
+
+def _suggestion(loc: tuple) -> str:
+    section: type[BaseModel] = Config
+    for part in loc[:-1]:
+        field = section.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return ""
+        section = annotation
+    close = difflib.get_close_matches(str(loc[-1]), list(section.model_fields), n=1)
+    prefix = ".".join(str(p) for p in loc[:-1])
+    if close:
+        return f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?"
+    return f"; valid keys here: {', '.join(section.model_fields)}"

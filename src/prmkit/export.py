@@ -1,0 +1,30 @@
+"""`prmkit export RUN --merge OUT`: a standard transformers folder that scores without prmkit installed."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from prmkit.errors import PRMError
+from prmkit.model import load_prm
+
+
+def export_merged(run_folder: str | Path, out_folder: str | Path, *, overwrite: bool = False) -> Path:
+    out = Path(out_folder)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise PRMError(f"{out} already holds files; choose an empty folder or pass --overwrite")
+        shutil.rmtree(out)
+    model, tokenizer, metadata = load_prm(run_folder)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    # Plain-transformers users read these from config.json to score exactly as prmkit does.
+    model.config.prm_separator = metadata.separator
+    model.config.prm_loss = metadata.loss
+    model.config.prm_score = "sigmoid(logits)" if metadata.loss == "bce" else "logits"
+    model.config.prm_max_length = metadata.max_length
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    replace(metadata, finetune="merged", base_path=str(out.resolve())).save(out)
+    return out

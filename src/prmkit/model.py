@@ -1,0 +1,137 @@
+"""The PRM: a transformers `*ForTokenClassification` model with one output (a scalar head on every token).
+
+That class is the backbone without its LM head, so no full-vocabulary logits are ever computed, and a merged
+export is a standard transformers folder. LoRA goes through peft, which wraps the backbone for real; the head
+(and a new separator token's embedding, if one is added) is trained and saved with the adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
+
+from prmkit.errors import PRMError
+
+METADATA_FILE = "prmkit.json"
+HEAD_NAMES = ("score", "classifier")
+
+
+@dataclass
+class PRMMetadata:
+    """Everything besides weights that scoring needs to read a checkpoint exactly as training did."""
+    base_model: str
+    base_path: str
+    finetune: str  # lora | full | merged
+    loss: str
+    separator: str
+    max_length: int
+    label_scheme: str = "auto"
+    neutral_label: str = "positive"
+    train_on_last_step_only: bool = False
+    added_tokens: list[str] = field(default_factory=list)
+    format_version: int = 1
+
+    def save(self, folder: str | Path) -> None:
+        Path(folder, METADATA_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "PRMMetadata":
+        path = Path(folder, METADATA_FILE)
+        if not path.is_file():
+            raise PRMError(f"{folder}: no {METADATA_FILE}; point to a prmkit run folder, checkpoint or export")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise PRMError(f"cannot load a tokenizer from {path}: {err}") from None
+    if tokenizer.pad_token_id is None:
+        # Padding is masked out, so any existing token will do; EOS is the conventional choice.
+        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
+    return tokenizer
+
+
+def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None):
+    """A `*ForTokenClassification` model with one label, fp32 weights (master weights stay fp32 under autocast)."""
+    kwargs = {"dtype": torch.float32, "trust_remote_code": trust_remote_code}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=trust_remote_code)
+        # No dropout in front of the head: the target is a regression/probability, and scores stay deterministic.
+        config.classifier_dropout = 0.0
+        return AutoModelForTokenClassification.from_pretrained(path, config=config, **kwargs)
+    except ValueError as err:
+        if "Unrecognized configuration class" in str(err):
+            raise PRMError(f"{path}: this architecture has no ForTokenClassification class in transformers; "
+                           "prmkit supports Llama-, Qwen2-, Mistral-, GPT-2-style and other such models") from None
+        raise PRMError(f"cannot load model {path}: {err}") from None
+    except OSError as err:
+        raise PRMError(f"cannot load model {path}: {err}") from None
+
+
+def head_name(model) -> str:
+    for name in HEAD_NAMES:
+        if isinstance(getattr(model, name, None), torch.nn.Module):
+            return name
+    raise PRMError(f"{type(model).__name__} has no 'score' or 'classifier' head; this architecture is not supported")
+
+
+def add_separator_token(model, tokenizer, separator: str) -> list[str]:
+    """Make the separator one new special token. Its embedding starts at the mean of the existing embeddings, a
+    neutral point the model has seen the neighbourhood of, rather than random noise."""
+    if separator in tokenizer.get_vocab():
+        return []
+    tokenizer.add_special_tokens({"additional_special_tokens": [separator]})
+    old_size = model.get_input_embeddings().weight.shape[0]
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        weights = model.get_input_embeddings().weight
+        weights[old_size:] = weights[:old_size].mean(dim=0, keepdim=True)
+    return [separator]
+
+
+def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules, new_token_ids: list[int]):
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    lora_config = LoraConfig(
+        task_type=TaskType.TOKEN_CLS, r=r, lora_alpha=alpha, lora_dropout=dropout,
+        target_modules=target_modules, modules_to_save=[head_name(model)],
+        trainable_token_indices=new_token_ids or None,
+    )
+    try:
+        return get_peft_model(model, lora_config)
+    except ValueError as err:
+        raise PRMError(f"lora.target_modules={target_modules!r} does not fit this model: {err}") from None
+
+
+def parameter_counts(model) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return trainable, total
+
+
+def load_prm(folder: str | Path, *, trust_remote_code: bool = False):
+    """(model, tokenizer, metadata) from a run folder, checkpoint or merged export; eval mode, fp32."""
+    folder = Path(folder)
+    metadata = PRMMetadata.load(folder)
+    tokenizer = load_tokenizer(str(folder), trust_remote_code)
+    if (folder / "adapter_config.json").is_file():
+        from peft import PeftModel
+
+        base = load_token_classifier(metadata.base_path, trust_remote_code=trust_remote_code)
+        if base.get_input_embeddings().weight.shape[0] != len(tokenizer):
+            base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        model = PeftModel.from_pretrained(base, str(folder))
+    else:
+        model = load_token_classifier(str(folder), trust_remote_code=trust_remote_code)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model.eval(), tokenizer, metadata

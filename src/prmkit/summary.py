@@ -1,0 +1,86 @@
+"""The end-of-run summary: one table on the terminal, the same numbers in summary.json."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass
+class RunSummary:
+    run_dir: str
+    base_model: str
+    finetune: str
+    loss: str
+    steps: int
+    duration_s: float
+    trained_tokens: int
+    tokens_per_s: float
+    trainable_params: int
+    total_params: int
+    initial_loss: float | None
+    final_loss: float | None
+    train_rows: int
+    rows_dropped: int
+    steps_dropped: int
+    rows_skipped_invalid: int
+    eval_metrics: dict = field(default_factory=dict)
+    resumed_from: str | None = None
+
+    @classmethod
+    def build(cls, *, config, run_dir: Path, log_history: list[dict], global_step: int, duration_s: float,
+              trained_tokens: int, trainable_params: int, total_params: int, train_stats, val_stats, reports,
+              eval_metrics: dict, resumed_from: str | None) -> "RunSummary":
+        losses = [entry["loss"] for entry in log_history if "loss" in entry]
+        return cls(
+            run_dir=str(run_dir), base_model=config.model.base, finetune=config.model.finetune,
+            loss=config.loss.type, steps=global_step, duration_s=round(duration_s, 2),
+            trained_tokens=trained_tokens, tokens_per_s=round(trained_tokens / duration_s, 1) if duration_s else 0.0,
+            trainable_params=trainable_params, total_params=total_params,
+            initial_loss=losses[0] if losses else None, final_loss=losses[-1] if losses else None,
+            train_rows=train_stats.rows - train_stats.rows_dropped,
+            rows_dropped=train_stats.rows_dropped + val_stats.rows_dropped,
+            steps_dropped=train_stats.steps_dropped + val_stats.steps_dropped,
+            rows_skipped_invalid=sum(r.rows_skipped for r in reports),
+            eval_metrics={k.removeprefix("eval_"): v for k, v in eval_metrics.items()
+                          if k.removeprefix("eval_") in ("loss", "accuracy", "auroc", "mse", "n_steps")},
+            resumed_from=resumed_from,
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def print_summary(summary: RunSummary, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title="prmkit train", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    pct = 100 * summary.trainable_params / max(summary.total_params, 1)
+    rows = [
+        ("model", f"{summary.base_model} ({summary.finetune}, {summary.loss} loss)"),
+        ("trainable parameters", f"{summary.trainable_params:,} of {summary.total_params:,} ({pct:.2f}%)"),
+        ("optimizer steps", str(summary.steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
+        ("loss: first -> last", f"{_fmt(summary.initial_loss)} -> {_fmt(summary.final_loss)}"),
+        ("duration", f"{summary.duration_s:.1f} s"),
+        ("tokens/s (real tokens)", f"{summary.tokens_per_s:,.0f}"),
+        ("training rows", str(summary.train_rows)),
+        ("dropped by max_length", f"{summary.rows_dropped} rows, {summary.steps_dropped} steps"),
+        ("invalid rows skipped", str(summary.rows_skipped_invalid)),
+    ]
+    rows += [(f"eval {k}", _fmt(v)) for k, v in summary.eval_metrics.items()]
+    rows.append(("output", summary.run_dir))
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)

@@ -1,0 +1,195 @@
+"""`prmkit train`: config in, a run folder out (final model, checkpoints, metadata, summary).
+
+Built on the transformers Trainer, so DDP/FSDP/DeepSpeed, logging integrations, checkpointing and resume come
+from the engine. prmkit supplies the data pipeline, the PRM model, the masked step loss and the metadata that
+makes every checkpoint scorable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+
+from prmkit.backbones import resolve_base
+from prmkit.config import Config, config_to_yaml
+from prmkit.data.io import load_records
+from prmkit.errors import PRMError
+from prmkit.loss import scores_from_head, step_loss
+from prmkit.metrics import step_metrics
+from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_token_classifier, load_tokenizer,
+                          parameter_counts)
+from prmkit.precision import resolve_precision
+from prmkit.run_folder import checkpoint_to_resume, prepare_run_dir
+from prmkit.summary import RunSummary, print_summary
+from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
+
+
+class ChainDataset(torch.utils.data.Dataset):
+    """Tokenized chains as plain Python lists: nothing casts the float labels on the way to the collator."""
+
+    def __init__(self, chains):
+        self.rows = [{"input_ids": c.input_ids, "labels": c.labels} for c in chains]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+
+class PRMTrainer(Trainer):
+    """Counts the real (non-padding) tokens it trains on, for an honest tokens/s."""
+
+    trained_tokens = 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training:
+            self.trained_tokens += int(inputs["attention_mask"].sum())
+        return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
+
+
+class MetadataCallback(TrainerCallback):
+    """Every intermediate checkpoint gets prmkit.json beside the weights and tokenizer, so it scores on its own."""
+
+    def __init__(self, metadata: PRMMetadata):
+        self.metadata = metadata
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir() and state.is_world_process_zero:
+            self.metadata.save(folder)
+
+
+def loss_function(loss_type: str, outputs, labels, num_items_in_batch=None):
+    return step_loss(loss_type, outputs["logits"].squeeze(-1), labels, num_items_in_batch)
+
+
+def make_compute_metrics(loss_type: str):
+    def compute_metrics(eval_prediction) -> dict:
+        head = torch.as_tensor(eval_prediction.predictions)
+        labels = torch.as_tensor(eval_prediction.label_ids)
+        mask = labels != IGNORE_INDEX
+        scores = scores_from_head(loss_type, head[mask]).numpy()
+        metrics = step_metrics(scores, labels[mask].numpy())
+        return {k: v for k, v in metrics.items() if v is not None and k != "positive_rate"}
+    return compute_metrics
+
+
+def keep_head_output(logits, labels):
+    """Evaluation keeps one float per token instead of the (batch, tokens, 1) tensor."""
+    return logits.squeeze(-1)
+
+
+def training_arguments(config: Config, run_dir: Path, has_eval: bool) -> TrainingArguments:
+    t, d = config.training, config.distributed
+    precision = resolve_precision(config.precision)
+    warmup = t.warmup_ratio if t.warmup_ratio else t.warmup_steps
+    return TrainingArguments(
+        output_dir=str(run_dir), run_name=config.run_name,
+        num_train_epochs=t.epochs, max_steps=t.max_steps,
+        per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.eval_batch_size or t.batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        learning_rate=t.lr, lr_scheduler_type=t.scheduler, warmup_steps=warmup,
+        weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, optim=t.optimizer,
+        activation_checkpointing=t.gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False} if t.gradient_checkpointing else None,
+        seed=t.seed, data_seed=t.seed,
+        logging_steps=t.logging_steps, logging_first_step=True,
+        eval_strategy=("steps" if t.eval_steps else "epoch") if has_eval else "no", eval_steps=t.eval_steps,
+        save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit,
+        report_to=t.report_to or "none", dataloader_num_workers=t.dataloader_num_workers,
+        bf16=precision.bf16, fp16=precision.fp16, use_cpu=precision.device == "cpu",
+        fsdp=d.fsdp, fsdp_config=d.fsdp_config or None, deepspeed=d.deepspeed,
+        ddp_find_unused_parameters=d.ddp_find_unused_parameters,
+        label_names=["labels"], remove_unused_columns=False, prediction_loss_only=False,
+    )
+
+
+def load_splits(config: Config):
+    """Train and validation records plus their validation reports."""
+    if not config.data.train:
+        raise PRMError("data.train is not set; give a training file, e.g. data.train=train.jsonl")
+    options = dict(scheme=config.data.label_scheme, neutral=config.data.neutral_label,
+                   skip_invalid=config.data.skip_invalid)
+    train_records, train_report = load_records(config.data.train, **options)
+    reports = [train_report]
+    val_records: list[dict] = []
+    if config.data.val:
+        val_records, val_report = load_records(config.data.val, **options)
+        reports.append(val_report)
+    elif config.data.val_fraction:
+        from prmkit.data.stats import split_records
+
+        train_records, val_records = split_records(train_records, config.data.val_fraction, config.training.seed)
+    if not train_records:
+        raise PRMError(f"{config.data.train}: no valid training rows left")
+    return train_records, val_records, reports
+
+
+def train(config: Config, *, overwrite: bool = False) -> RunSummary:
+    set_seed(config.training.seed)
+    run_dir = prepare_run_dir(config, overwrite=overwrite)
+    resume_from = checkpoint_to_resume(config, run_dir)
+    train_records, val_records, reports = load_splits(config)
+
+    base_path = resolve_base(config.model.base, config.model.gguf_file)
+    tokenizer = load_tokenizer(base_path, config.model.trust_remote_code)
+    model = load_token_classifier(base_path, trust_remote_code=config.model.trust_remote_code,
+                                  attn_implementation=config.model.attn_implementation)
+    added = add_separator_token(model, tokenizer, config.data.separator) if config.model.add_separator_token else []
+    model.config.pad_token_id = tokenizer.pad_token_id
+
+    tokenize = partial(tokenize_records, tokenizer, separator=config.data.separator,
+                       max_length=config.data.max_length, train_on_last_step_only=config.data.train_on_last_step_only)
+    train_chains, train_stats = tokenize(train_records)
+    val_chains, val_stats = tokenize(val_records) if val_records else ([], TokenizationStats())
+    if not train_chains:
+        raise PRMError(f"no training row has a labelled step within data.max_length={config.data.max_length} "
+                       f"({train_stats.drop_reasons}); raise data.max_length or check the labels")
+
+    if config.model.finetune == "lora":
+        new_ids = tokenizer.convert_tokens_to_ids(added) if added else []
+        model = apply_lora(model, r=config.lora.r, alpha=config.lora.alpha, dropout=config.lora.dropout,
+                           target_modules=config.lora.target_modules, new_token_ids=new_ids)
+    trainable, total = parameter_counts(model)
+
+    metadata = PRMMetadata(base_model=config.model.base, base_path=base_path, finetune=config.model.finetune,
+                           loss=config.loss.type, separator=config.data.separator,
+                           max_length=config.data.max_length, label_scheme=reports[0].scheme,
+                           neutral_label=config.data.neutral_label,
+                           train_on_last_step_only=config.data.train_on_last_step_only, added_tokens=added)
+    trainer = PRMTrainer(
+        model=model, args=training_arguments(config, run_dir, bool(val_chains)),
+        train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,
+        data_collator=StepCollator(tokenizer.pad_token_id), processing_class=tokenizer,
+        compute_loss_func=partial(loss_function, config.loss.type),
+        compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
+        callbacks=[MetadataCallback(metadata)],
+    )
+    (run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    duration = time.perf_counter() - started
+    eval_metrics = trainer.evaluate() if val_chains else {}
+
+    trainer.save_model(str(run_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(run_dir))
+        metadata.save(run_dir)
+    summary = RunSummary.build(
+        config=config, run_dir=run_dir, log_history=trainer.state.log_history, global_step=result.global_step,
+        duration_s=duration, trained_tokens=trainer.trained_tokens, trainable_params=trainable, total_params=total,
+        train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
+        resumed_from=resume_from,
+    )
+    if trainer.is_world_process_zero():
+        (run_dir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n", encoding="utf-8")
+    return summary
