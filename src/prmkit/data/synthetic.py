@@ -17,10 +17,8 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 from prmkit.errors import PRMError
 
 ERROR_KINDS: tuple[str, ...] = ("arithmetic_slip", "wrong_carry", "wrong_operation", "misread_quantity")
-_AFTER_ERROR = ("negative", "unlabelled")
-_MAX_VALUE = 99_999  # keeps every number a few tokens long
-# Plausible slips: off by a little, off by ten, or digits swapped (see _near).
-_DELTAS = (1, 2, 3, 4, 5, 10)
+_MAX_VALUE = 9_999  # at most four digits, so every number stays a few tokens long
+_DELTAS = (1, 2, 3, 4, 5, 10)  # plausible slips: off by a little or by ten (_near adds swapped digits)
 
 Ref = str  # "q2": the problem statement's third number; "s0": the result of the first step
 StepText = Callable[[int, int, str], str]  # (a, b, "a op b = c") -> one sentence
@@ -113,7 +111,7 @@ def _travel(rng: random.Random) -> _Problem:
 def _ages(rng: random.Random) -> _Problem:
     name, _, poss = rng.choice(_PEOPLE)
     relative = rng.choice(_RELATIVES)
-    age, gap, times, years = rng.randint(4, 15), rng.randint(1, 8), rng.randint(2, 4), rng.randint(2, 12)
+    age, gap, times, years = rng.randint(4, 15), rng.randint(2, 8), rng.randint(2, 4), rng.randint(2, 12)
     prompt = (f"{name} is {age} years old and {poss} brother is {gap} years older. Their {relative} is {times} "
               f"times as old as the brother. How old will the {relative} be in {years} years?")
     return _Problem(prompt, (age, gap, times, years), (
@@ -195,7 +193,6 @@ _TEMPLATES = (_sharing, _selling, _travel, _ages, _tiling, _savings, _eggs, _bus
 
 
 def _apply(op: str, a: int, b: int) -> int | None:
-    """Result of a op b, or None when it leaves small positive integers."""
     if op == "/":
         if a % b:
             return None
@@ -285,13 +282,16 @@ def _record(problem: _Problem, rows: list[Row], gold: list[Row], fault: _Fault |
             "answer": str(rows[-1][3]), "gold_answer": str(gold[-1][3])}
 
 
-def _check_args(n_rows: int, correct_fraction: float, after_error: str, error_kinds: Sequence[str]) -> tuple[str, ...]:
+def _check_args(n_rows: int, seed: int, correct_fraction: float, after_error: str,
+                error_kinds: Sequence[str]) -> tuple[str, ...]:
     if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 0:
         raise PRMError(f"n_rows must be a whole number >= 0, got {n_rows!r}; pass 0 or more rows")
+    if isinstance(seed, bool) or not isinstance(seed, int):  # None would silently seed from the clock
+        raise PRMError(f"seed must be an integer, got {seed!r}; pass e.g. seed=0 for reproducible data")
     if isinstance(correct_fraction, bool) or not isinstance(correct_fraction, (int, float)) \
             or not 0.0 <= correct_fraction <= 1.0:
         raise PRMError(f"correct_fraction must be in [0, 1], got {correct_fraction!r}; e.g. 0.3 for 30% correct chains")
-    if after_error not in _AFTER_ERROR:
+    if after_error not in ("negative", "unlabelled"):
         raise PRMError(f"after_error must be 'negative' or 'unlabelled', got {after_error!r}; pick one of those")
     if isinstance(error_kinds, str):
         raise PRMError(f"error_kinds must be a sequence of kinds, got the string {error_kinds!r}; "
@@ -310,7 +310,7 @@ def generate_records(n_rows: int, seed: int, *, correct_fraction: float = 0.3,
                      after_error: Literal["negative", "unlabelled"] = "negative",
                      error_kinds: Sequence[str] = ERROR_KINDS) -> list[dict]:
     """n_rows records; about correct_fraction of them fully correct; the same seed gives the same records."""
-    kinds = _check_args(n_rows, correct_fraction, after_error, error_kinds)
+    kinds = _check_args(n_rows, seed, correct_fraction, after_error, error_kinds)
     rng = random.Random(seed)
     correct = set(rng.sample(range(n_rows), round(n_rows * correct_fraction)))
     return [_make_record(rng, i in correct, kinds, after_error) for i in range(n_rows)]

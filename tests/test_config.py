@@ -1,0 +1,62 @@
+import pytest
+
+from prmkit.config import load_config, parse_overrides
+from prmkit.errors import PRMError
+
+
+def test_defaults_and_overrides(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("model: {base: some/model}\ntraining: {lr: 0.001, batch_size: 2}\n")
+    config = load_config(cfg_file, ["training.lr=1e-4", "lora.target_modules=[q_proj, v_proj]", "data.max_length=64"])
+    assert config.model.base == "some/model"
+    assert config.training.lr == pytest.approx(1e-4)  # override wins over the file
+    assert config.training.batch_size == 2  # file wins over the default
+    assert config.lora.target_modules == ["q_proj", "v_proj"]
+    assert config.data.max_length == 64
+    assert config.data.separator == "\n\n"
+    assert config.loss.type == "bce"
+
+
+def test_all_problems_reported_together_in_user_spelling(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("training: {lrr: 0.1, batch_size: 0}\nmodle: {}\n")
+    with pytest.raises(PRMError) as err:
+        load_config(cfg_file, ["loss.type=hinge", "nonsense"])
+    message = str(err.value)
+    assert "training.lrr: unknown key; did you mean training.lr?" in message
+    assert "modle: unknown key; did you mean model?" in message
+    assert "training.batch_size" in message
+    assert "loss.type" in message
+    assert "override 'nonsense'" in message
+    assert "5 problem(s)" in message
+
+
+def test_contradictory_settings_are_rejected():
+    with pytest.raises(PRMError, match="data.val and data.val_fraction"):
+        load_config(None, ["data.val=v.jsonl", "data.val_fraction=0.1"])
+    with pytest.raises(PRMError, match="warmup_ratio and training.warmup_steps"):
+        load_config(None, ["training.warmup_ratio=0.1", "training.warmup_steps=5"])
+    with pytest.raises(PRMError, match="lora.r set but model.finetune is 'full'"):
+        load_config(None, ["model.finetune=full", "lora.r=8"])
+    with pytest.raises(PRMError, match="epochs and training.max_steps"):
+        load_config(None, ["training.epochs=2", "training.max_steps=10"])
+
+
+def test_missing_or_malformed_file(tmp_path):
+    with pytest.raises(PRMError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: [unclosed\n")
+    with pytest.raises(PRMError, match="not valid YAML"):
+        load_config(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just a string\n")
+    with pytest.raises(PRMError, match="expected a mapping"):
+        load_config(scalar)
+
+
+def test_override_values_are_data_not_code():
+    tree, problems = parse_overrides(["model.base=!!python/object/apply:os.system ['echo hi']", "a.b=true"])
+    assert tree["a"]["b"] is True
+    assert isinstance(tree["model"]["base"], str)  # unsafe YAML tags are never constructed
+    assert problems == []
