@@ -59,3 +59,15 @@ def test_added_separator_token_is_one_token_initialised_at_mean(tiny_llama):
     new_row = model.get_input_embeddings().weight[len(old)]
     assert torch.allclose(new_row, old.mean(dim=0), atol=1e-6)
     assert add_separator_token(model, tokenizer, "<step>") == []  # idempotent
+
+
+def test_top_layers_adapts_only_the_last_layers(tiny_llama):
+    model = load_token_classifier(str(tiny_llama))
+    targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    expected = lora_params_expected(model, 4, targets) // 2 + sum(p.numel() for p in model.score.parameters())
+    peft_model = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules="all-linear", new_token_ids=[],
+                            top_layers=1)
+    adapted = {n.split(".layers.")[1].split(".")[0] for n, p in peft_model.named_parameters()
+               if p.requires_grad and "lora_" in n}
+    assert adapted == {"1"}  # tiny model has layers 0 and 1; only the last one carries adapters
+    assert parameter_counts(peft_model)[0] == expected

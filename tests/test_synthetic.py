@@ -6,7 +6,8 @@ import re
 import pytest
 
 from prmkit.data import synthetic
-from prmkit.data.synthetic import ERROR_KINDS, generate_records, generate_splits, write_jsonl
+from prmkit.data.io import write_jsonl
+from prmkit.data.synthetic import ERROR_KINDS, generate_records, generate_splits
 
 EXPR = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}

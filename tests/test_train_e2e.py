@@ -9,10 +9,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from prmkit.config import load_config
-from prmkit.data.synthetic import generate_records, write_jsonl
+from prmkit.data.io import write_jsonl
+from prmkit.data.synthetic import generate_records
 from prmkit.export import export_merged
 from prmkit.score import PRMScorer
-from prmkit.tokenize import tokenize_chain
 from prmkit.train import train
 
 

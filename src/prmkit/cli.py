@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prmkit import cli_data
 from prmkit.errors import PRMError
 
 
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("config", nargs="?", help="YAML config file")
     config.add_argument("overrides", nargs="*", help="section.key=value overrides")
     config.set_defaults(func=cmd_config)
+
+    cli_data.register(commands)
     return parser
 
 

@@ -46,6 +46,8 @@ class LoraSettings(Section):
     alpha: float = Field(32, gt=0)
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    top_layers: int | None = Field(None, gt=0, description="Adapt only the last N transformer layers: the backward "
+                                   "pass stops there, so a step costs far less (none: every layer)")
 
 
 class LossConfig(Section):

@@ -99,13 +99,40 @@ def add_separator_token(model, tokenizer, separator: str) -> list[str]:
     return [separator]
 
 
-def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules, new_token_ids: list[int]):
+def num_layers(model) -> int:
+    config = model.config
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(getattr(config, key, None), int):
+            return getattr(config, key)
+    raise PRMError(f"cannot tell how many layers {type(model).__name__} has; remove lora.top_layers")
+
+
+def linear_module_names(model) -> list[str]:
+    """Names (last component) of the linear layers inside the transformer blocks, as peft's target_modules."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = head_name(model)
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+             if isinstance(module, (torch.nn.Linear, Conv1D)) and not name.startswith(head)}
+    return sorted(names)
+
+
+def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules, new_token_ids: list[int],
+               top_layers: int | None = None):
     from peft import LoraConfig, TaskType, get_peft_model
 
+    layers = None
+    if top_layers:
+        total = num_layers(model)
+        if top_layers > total:
+            raise PRMError(f"lora.top_layers={top_layers} but the model has {total} layers; use at most {total}")
+        layers = list(range(total - top_layers, total))
+        if target_modules == "all-linear":  # peft needs explicit names when layers are restricted
+            target_modules = linear_module_names(model)
     lora_config = LoraConfig(
         task_type=TaskType.TOKEN_CLS, r=r, lora_alpha=alpha, lora_dropout=dropout,
         target_modules=target_modules, modules_to_save=[head_name(model)],
-        trainable_token_indices=new_token_ids or None,
+        trainable_token_indices=new_token_ids or None, layers_to_transform=layers,
     )
     try:
         return get_peft_model(model, lora_config)

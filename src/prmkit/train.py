@@ -8,7 +8,6 @@ makes every checkpoint scorable.
 from __future__ import annotations
 
 import json
-import math
 import time
 from functools import partial
 from pathlib import Path
@@ -26,7 +25,7 @@ from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_tok
                           parameter_counts)
 from prmkit.precision import resolve_precision
 from prmkit.run_folder import checkpoint_to_resume, prepare_run_dir
-from prmkit.summary import RunSummary, print_summary
+from prmkit.summary import RunSummary
 from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
 
 
@@ -135,9 +134,10 @@ def load_splits(config: Config):
 
 def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     set_seed(config.training.seed)
+    # Data problems are found before the run folder is touched, so a failed start leaves nothing behind.
+    train_records, val_records, reports = load_splits(config)
     run_dir = prepare_run_dir(config, overwrite=overwrite)
     resume_from = checkpoint_to_resume(config, run_dir)
-    train_records, val_records, reports = load_splits(config)
 
     base_path = resolve_base(config.model.base, config.model.gguf_file)
     tokenizer = load_tokenizer(base_path, config.model.trust_remote_code)
@@ -157,7 +157,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     if config.model.finetune == "lora":
         new_ids = tokenizer.convert_tokens_to_ids(added) if added else []
         model = apply_lora(model, r=config.lora.r, alpha=config.lora.alpha, dropout=config.lora.dropout,
-                           target_modules=config.lora.target_modules, new_token_ids=new_ids)
+                           target_modules=config.lora.target_modules, new_token_ids=new_ids,
+                           top_layers=config.lora.top_layers)
     trainable, total = parameter_counts(model)
 
     metadata = PRMMetadata(base_model=config.model.base, base_path=base_path, finetune=config.model.finetune,

@@ -17,16 +17,14 @@ Every row read is either converted or counted under a skip reason in the report;
 from __future__ import annotations
 
 import inspect
-import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from prmkit.data.formats_base import ConversionReport, RowContext, check_bool, check_choice
 from prmkit.data.formats_montecarlo import convert_math_aps, convert_math_shepherd
 from prmkit.data.formats_prm800k import convert_prm800k, convert_prm800k_stepwise
-from prmkit.data.io import read_rows
+from prmkit.data.io import read_rows, write_jsonl
 from prmkit.data.records import LabelScheme, NeutralPolicy, validate_records
 from prmkit.errors import PRMError
 
@@ -86,8 +84,8 @@ def _processbench_record(row: dict, problem: str, steps: list[str], first_error:
     return record
 
 
-def convert_trl(rows: Sequence[Any], source: str, *, scheme: LabelScheme = "auto",
-                neutral: NeutralPolicy = "positive", skip_invalid: bool = False) -> tuple[list[dict], ConversionReport]:
+def convert_trl(rows: Sequence[Any], source: str, *, scheme: LabelScheme = "auto", neutral: NeutralPolicy = "positive",
+                skip_invalid: bool = False) -> tuple[list[dict], ConversionReport]:
     """Records already in contract form (TRL's stepwise-supervision layout): validated and labels normalised.
     Invalid rows raise PRMError listing them, or with `skip_invalid` are skipped and counted by field."""
     check_choice("scheme", scheme, ("auto", "binary", "ternary"))
@@ -155,25 +153,6 @@ def convert(source_format: str, in_path: str | os.PathLike, out_path: str | os.P
     write_jsonl(records, target)
     report.out_path = str(target)
     return report
-
-
-def write_jsonl(records: Iterable[dict], path: str | os.PathLike) -> int:
-    """Write records as UTF-8 JSON lines via a temporary file, so a failed run never leaves half a file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",
-                                         suffix=".tmp", delete=False)
-    count = 0
-    try:
-        with handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(handle.name, target)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    return count
 
 
 def _converter(source_format: str) -> Callable[..., tuple[list[dict], ConversionReport]]:

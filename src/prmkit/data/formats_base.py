@@ -21,13 +21,15 @@ HUMAN_VALUES: dict[str, float | None] = {"positive": 1.0, "unlabelled": None}
 
 @dataclass
 class ConversionReport:
+    """What a conversion read, wrote, skipped (with reasons) and decided.
+    Every row read is converted or skipped: rows_read == rows_converted + rows_skipped."""
     source_format: str
     source: str
     rows_read: int = 0
     rows_converted: int = 0  # source rows that went into a written record
     rows_written: int = 0  # records written; a source row may give several (math-aps) or share one (prm800k-stepwise)
     skipped: Counter = field(default_factory=Counter)  # reason -> source rows not written
-    discarded: Counter = field(default_factory=Counter)  # parts of converted rows left out on purpose
+    discarded: Counter = field(default_factory=Counter)  # parts of source rows left out on purpose
     breakdown: Counter = field(default_factory=Counter)  # counts for information, e.g. finish_reason=give_up
     choices: list[str] = field(default_factory=list)
     label_counts: Counter = field(default_factory=Counter)  # positive / negative / soft / unlabelled steps

@@ -110,6 +110,7 @@ def convert_math_aps(rows: Sequence[Any], source: str, *,
         "labels: soft, mc_value as is" if threshold is None
         else f"labels: mc_value > {threshold} -> positive (1.0), else negative (0.0)",
         "root node (question only) has no step; its mc_value is discarded",
+        "a solution_prefix listed more than once is one node (mc_value averaged where they differ)",
     ]
     records = []
     for number, row in enumerate(rows, start=1):

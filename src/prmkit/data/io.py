@@ -7,8 +7,10 @@ to an int or a -100 to True on the way in.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from prmkit.data.records import LabelScheme, NeutralPolicy, ValidationReport, validate_records
 from prmkit.errors import PRMError
@@ -38,6 +40,25 @@ def load_records(path: str | Path, *, scheme: LabelScheme = "auto", neutral: Neu
                  skip_invalid: bool = False) -> tuple[list[dict], ValidationReport]:
     """Read and validate: the records in contract form, and what was read, kept and skipped."""
     return validate_records(read_rows(path), str(path), scheme=scheme, neutral=neutral, skip_invalid=skip_invalid)
+
+
+def write_jsonl(records: Iterable[dict], path: str | os.PathLike) -> int:
+    """Write records as UTF-8 JSON lines via a temporary file, so a failed run never leaves half a file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",
+                                         suffix=".tmp", delete=False)
+    count = 0
+    try:
+        with handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(handle.name, target)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    return count
 
 
 def _read_jsonl(path: Path) -> list[dict]:

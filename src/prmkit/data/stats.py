@@ -42,6 +42,8 @@ def dataset_stats(records: Sequence[dict], tokenizer=None, *, separator: str = "
                   max_length: int | None = None) -> dict:
     """Rows, steps per row, label mix and share of rows with an error; with a tokenizer also token lengths
     and, with `max_length`, how many rows it would truncate and how many steps it would drop."""
+    if max_length is not None and tokenizer is None:
+        raise PRMError("max_length needs a tokenizer to measure token lengths; pass the tokenizer too")
     steps = [len(r["completions"]) for r in records]
     with_error = sum(1 for r in records if any(label_kind(v) == "negative" for v in r["labels"]))
     stats: dict[str, Any] = {
@@ -179,7 +181,8 @@ def render_stats(stats: dict):
     labels = stats["labels"]
     total = sum(labels.values())
     for kind in LABEL_KINDS:
-        table.add_row(f"{kind} steps", f"{labels.get(kind, 0):,} ({_share(labels.get(kind, 0) / total if total else None)})")
+        count = labels.get(kind, 0)
+        table.add_row(f"{kind} steps", f"{count:,} ({_share(count / total if total else None)})")
     table.add_row("rows with an error", f"{stats['rows_with_error']:,} ({_share(stats['error_share'])})")
     if "tokens" in stats:
         table.add_row("tokens per row", _join(stats["tokens"]))

@@ -7,12 +7,9 @@ before it; later steps carry on consistently from the wrong value, as a real mod
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from prmkit.errors import PRMError
 
@@ -335,15 +332,3 @@ def generate_splits(train_rows: int, val_rows: int, seed: int, **kwargs: Any) ->
             row = generate_records(1, redraw.getrandbits(64), **{**kwargs, "correct_fraction": fraction})[0]
         val[i] = row
     return train, val
-
-
-def write_jsonl(records: Iterable[dict], path: str | os.PathLike) -> int:
-    """Write records as JSON lines (UTF-8), creating parent folders; return the row count."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with target.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-    return count
