@@ -74,7 +74,11 @@ def cmd_validate(args) -> int:
     report, problems = validate_file(args.file, scheme=args.label_scheme, neutral=args.neutral_label)
     for line in problems:
         print(line)
-    stats = _stats(args) if report.rows_kept else None
+    try:
+        stats = _stats(args) if report.rows_kept else None
+    except PRMError as err:  # a line that is not JSON at all: the problems above say which
+        stats = None
+        print(f"statistics skipped: {err}")
     if stats:
         from prmkit.data.stats import render_stats
 
