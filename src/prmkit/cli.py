@@ -40,6 +40,18 @@ def cmd_config(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    from pathlib import Path
+
+    from prmkit.demo import DemoOptions, run_demo
+
+    _quiet_transformers()
+    run_demo(DemoOptions(out=Path(args.out), base=args.base, rows=args.rows, val_rows=args.val_rows, steps=args.steps,
+                         batch_size=args.batch_size, top_layers=args.top_layers or None, seed=args.seed,
+                         overwrite=args.overwrite))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prmkit", description="Train, evaluate and use Process Reward Models.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
@@ -62,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("config", nargs="?", help="YAML config file")
     config.add_argument("overrides", nargs="*", help="section.key=value overrides")
     config.set_defaults(func=cmd_config)
+
+    from prmkit.demo import DemoOptions
+
+    defaults = DemoOptions()
+    demo = commands.add_parser("demo", help="train a real PRM on synthetic chains and show what it learned")
+    demo.add_argument("--out", default=str(defaults.out), help="output folder (default: %(default)s)")
+    demo.add_argument("--base", default=defaults.base, help="backbone (default: %(default)s)")
+    demo.add_argument("--rows", type=int, default=defaults.rows, help="training chains (default: %(default)s)")
+    demo.add_argument("--val-rows", type=int, default=defaults.val_rows, help="held-out chains (default: %(default)s)")
+    demo.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps (default: %(default)s)")
+    demo.add_argument("--batch-size", type=int, default=defaults.batch_size, help="default: %(default)s")
+    demo.add_argument("--top-layers", type=int, default=defaults.top_layers,
+                      help="LoRA on the last N layers only; 0 = every layer (default: %(default)s)")
+    demo.add_argument("--seed", type=int, default=defaults.seed)
+    demo.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --out")
+    demo.set_defaults(func=cmd_demo)
 
     cli_data.register(commands)
     return parser
