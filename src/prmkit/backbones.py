@@ -73,7 +73,9 @@ def gguf_to_folder(gguf_path: Path) -> Path:
         import gguf  # noqa: F401  (transformers needs it to read the file; say so plainly if it is missing)
     except ImportError:
         raise PRMError("reading a GGUF file needs the gguf package: pip install gguf") from None
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    # GGUF is a tensor format, not a pickle; use_safetensors=True states the no-pickle rule here as everywhere
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32,
+                                                  use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     model_config = loaded.config
     if hasattr(model_config, "quantization_config"):

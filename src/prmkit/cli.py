@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from prmkit import cli_data
+from prmkit import cli_use
 from prmkit.errors import PRMError
 
 
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     cli_data.register(commands)
+    cli_use.register(commands)
     return parser
 
 

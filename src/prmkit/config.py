@@ -24,6 +24,8 @@ class ModelConfig(Section):
     base: str = Field("smollm2-135m", description="Alias, local folder, hub id, or a .gguf file")
     gguf_file: str | None = Field(None, description="GGUF file name inside `base` when base is a folder")
     trust_remote_code: bool = Field(False, description="Run code shipped with the model; off unless you trust it")
+    allow_pickle: bool = Field(False, description="Load pickle weight files (pytorch_model.bin, *.pt); unpickling "
+                               "can run code, so off unless you trust the files. Safetensors needs no opt-in")
     finetune: Literal["lora", "full"] = "lora"
     add_separator_token: bool = Field(False, description="Add data.separator to the vocabulary as one new token")
     attn_implementation: str | None = Field(None, description="e.g. sdpa, eager, flash_attention_2")

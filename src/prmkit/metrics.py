@@ -1,6 +1,14 @@
-"""Step-level metrics on scores and labels (numpy in, plain floats out)."""
+"""Metrics as pure functions (plain sequences or numpy in, plain floats out).
+
+Step metrics compare step scores with step labels; best-of-N metrics ask how often the chain a PRM picks among
+several candidates for one problem is correct, beside random choice and majority vote. The ProcessBench
+first-error protocol lives in `prmkit.processbench`.
+"""
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
 
 import numpy as np
 
@@ -23,18 +31,130 @@ def auroc(scores, labels) -> float | None:
     return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
+def roc_curve(scores, labels) -> tuple[list[float], list[float]]:
+    """False and true positive rates at every distinct threshold, from (0, 0) to (1, 1); labels are booleans."""
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels).astype(bool)
+    order = np.argsort(-scores, kind="mergesort")
+    scores, labels = scores[order], labels[order]
+    # one point per distinct score: tied scores pass or fail together
+    last_of_run = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1] if scores.size else np.array([], int)
+    tp = np.cumsum(labels)[last_of_run]
+    fp = np.cumsum(~labels)[last_of_run]
+    n_pos, n_neg = max(int(labels.sum()), 1), max(int((~labels).sum()), 1)
+    return [0.0, *(fp / n_neg).tolist()], [0.0, *(tp / n_pos).tolist()]
+
+
+def precision_recall_f1(predicted, actual) -> dict[str, float | None]:
+    """Precision, recall and F1 of boolean predictions against boolean truth (None where undefined)."""
+    predicted, actual = np.asarray(predicted, bool), np.asarray(actual, bool)
+    tp = int((predicted & actual).sum())
+    precision = tp / int(predicted.sum()) if predicted.any() else None
+    recall = tp / int(actual.sum()) if actual.any() else None
+    if precision is None or recall is None:
+        f1 = None
+    else:
+        f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def reliability_bins(scores, labels, bins: int = 10) -> list[dict]:
+    """Equal-width bins over [0, 1] (scores clipped into it): count, mean score and mean label per bin.
+    The last bin is closed, so a score of exactly 1.0 is counted."""
+    scores = np.clip(np.asarray(scores, dtype=np.float64), 0.0, 1.0)
+    labels = np.asarray(labels, dtype=np.float64)
+    index = np.minimum((scores * bins).astype(int), bins - 1)
+    result = []
+    for b in range(bins):
+        members = index == b
+        count = int(members.sum())
+        result.append({"low": b / bins, "high": (b + 1) / bins, "count": count,
+                       "mean_score": float(scores[members].mean()) if count else None,
+                       "mean_label": float(labels[members].mean()) if count else None})
+    return result
+
+
+def expected_calibration_error(scores, labels, bins: int = 10) -> float | None:
+    """Sum over bins of (bin share) * |mean label - mean score|; soft labels count with their value."""
+    if len(scores) == 0:
+        return None
+    total = len(scores)
+    return float(sum(b["count"] / total * abs(b["mean_label"] - b["mean_score"])
+                     for b in reliability_bins(scores, labels, bins) if b["count"]))
+
+
 def step_metrics(scores, labels, threshold: float = 0.5) -> dict[str, float | int | None]:
-    """Metrics over labelled steps: labels may be soft; they are binarised at 0.5 for accuracy and AUROC."""
+    """Metrics over labelled steps: labels may be soft; they are binarised at 0.5 for the threshold metrics and
+    AUROC. Precision/recall/F1 treat a correct step as positive; the `error_*` ones treat a wrong step as
+    positive, which is the rarer and more telling class for a PRM."""
     scores = np.asarray(scores, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.float64)
     if scores.size == 0:
         return {"n_steps": 0, "accuracy": None, "auroc": None, "mse": None, "positive_rate": None}
     hard = labels >= 0.5
     predicted = scores >= threshold
+    passed = precision_recall_f1(predicted, hard)
+    flagged = precision_recall_f1(~predicted, ~hard)
     return {
         "n_steps": int(scores.size),
         "accuracy": float((predicted == hard).mean()),
         "auroc": auroc(scores, hard),
         "mse": float(((scores - labels) ** 2).mean()),
         "positive_rate": float(hard.mean()),
+        **passed,
+        **{f"error_{key}": value for key, value in flagged.items()},
+        "ece": expected_calibration_error(scores, labels),
     }
+
+
+def choice_accuracy(scores: Sequence[float | None], correct: Sequence[bool]) -> float:
+    """Expected correctness of picking the highest-scoring candidate. Ties are broken at random, so a tie counts
+    the mean correctness of the tied candidates (a fixed rule would flatter or punish candidate order). A
+    candidate without a score is never picked; with no score at all the pick is random."""
+    if len(scores) != len(correct):
+        raise ValueError(f"{len(scores)} scores for {len(correct)} candidates")
+    scored = [s for s in scores if s is not None]
+    if not scored:
+        return random_accuracy(correct)
+    best = max(scored)
+    tied = [bool(c) for s, c in zip(scores, correct) if s is not None and s == best]
+    return sum(tied) / len(tied)
+
+
+def random_accuracy(correct: Sequence[bool]) -> float:
+    """Expected correctness of a uniformly random pick: the share of correct candidates."""
+    return sum(map(bool, correct)) / len(correct)
+
+
+def majority_accuracy(answers: Sequence, correct: Sequence[bool]) -> float:
+    """Expected correctness of majority vote over final answers: the most frequent answer wins, a tie between
+    answers is broken at random. An answer's correctness is the share of its candidates marked correct."""
+    counts = Counter(answers)
+    top = max(counts.values())
+    winners = [answer for answer, count in counts.items() if count == top]
+    per_answer = []
+    for answer in winners:
+        marks = [bool(c) for a, c in zip(answers, correct) if a == answer]
+        per_answer.append(sum(marks) / len(marks))
+    return sum(per_answer) / len(per_answer)
+
+
+def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> dict:
+    """Best-of-N accuracy over problems. Each group: `correct` (list of bool), `scores` ({aggregation: list of
+    chain scores}), optional `answers`. Majority vote is reported only when every group has answers."""
+    if not groups:
+        return {"n_problems": 0}
+    result: dict = {
+        "n_problems": len(groups),
+        "mean_candidates": float(np.mean([len(g["correct"]) for g in groups])),
+        "random": float(np.mean([random_accuracy(g["correct"]) for g in groups])),
+        "oracle": float(np.mean([any(g["correct"]) for g in groups])),
+    }
+    if all(g.get("answers") is not None for g in groups):
+        result["majority_vote"] = float(np.mean([majority_accuracy(g["answers"], g["correct"]) for g in groups]))
+    else:
+        result["majority_vote"] = None
+        result["note"] = "majority vote skipped: some candidates have no 'answer'"
+    result["prm"] = {how: float(np.mean([choice_accuracy(g["scores"][how], g["correct"]) for g in groups]))
+                     for how in aggregations}
+    return result

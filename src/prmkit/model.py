@@ -8,6 +8,8 @@ export is a standard transformers folder. LoRA goes through peft, which wraps th
 from __future__ import annotations
 
 import json
+import pickle
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,13 @@ from prmkit.errors import PRMError
 
 METADATA_FILE = "prmkit.json"
 HEAD_NAMES = ("score", "classifier")
+# Unpickling a weight file can run any code it carries, so weights load from safetensors unless model.allow_pickle.
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
+PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Pickles the Trainer writes beside the weights of a checkpoint. transformers reads them with weights_only=True on
+# resume (training_args.bin is never read), and they hold no weights, so they do not make a folder pickle-based.
+TRAINER_PICKLES = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+_warned_remote_code: set[str] = set()
 
 
 @dataclass
@@ -48,7 +57,55 @@ class PRMMetadata:
         return cls(**known)
 
 
+def refuse_pickle_weights(folder: str | Path, allow_pickle: bool = False) -> None:
+    """Raise PRMError when a local model folder holds its weights only in pickle files (or its config.json points
+    transformers at one), unless the user opted in with model.allow_pickle."""
+    folder = Path(folder)
+    if allow_pickle or not folder.is_dir():
+        return  # a hub id: use_safetensors=True makes transformers refuse pickle weights itself
+    names = {p.name for p in folder.iterdir()}
+    pickles = sorted(n for n in names if n.endswith(PICKLE_WEIGHT_SUFFIXES) and n not in TRAINER_PICKLES
+                     and not n.startswith("rng_state"))
+    explicit = _explicit_weights_file(folder)
+    if explicit and not explicit.endswith((".safetensors", ".safetensors.index.json")):
+        raise PRMError(f"{folder}/config.json sets transformers_weights={explicit!r}, a pickle file; loading it can run "
+                       "code hidden in the file. Convert the weights to safetensors, or set model.allow_pickle=true "
+                       "if you trust where the folder came from")
+    if pickles and not names & set(SAFE_WEIGHTS):
+        raise PRMError(f"{folder} holds its weights only as pickle files ({', '.join(pickles)}); loading a pickle can "
+                       "run code hidden in the file. Convert them to safetensors (load them once where you trust "
+                       "them, then save_pretrained), or set model.allow_pickle=true if you trust where the folder "
+                       "came from")
+
+
+def _explicit_weights_file(folder: Path) -> str | None:
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no readable config.json: transformers reports that itself
+    value = config.get("transformers_weights") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def refused_object(err: Exception) -> str:
+    """The line of torch's weights_only refusal that names the object (its first line advises weights_only=False,
+    which is exactly what must not be done with an untrusted file)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "Unsupported" in line or "GLOBAL" in line]
+    return (named or lines or [type(err).__name__])[0][:300]
+
+
+def warn_remote_code(path: str, trust_remote_code: bool) -> None:
+    """Say it loudly (once per model and process) when code shipped with a model may run here."""
+    if trust_remote_code and str(path) not in _warned_remote_code:
+        _warned_remote_code.add(str(path))
+        print(f"prmkit: warning: model.trust_remote_code is on: Python code shipped with {path} may run on this "
+              "machine with your permissions. Turn it off unless you trust the model's source",
+              file=sys.stderr, flush=True)
+
+
 def load_tokenizer(path: str, trust_remote_code: bool = False):
+    warn_remote_code(path, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
@@ -59,8 +116,12 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tokenizer
 
 
-def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None):
-    """A `*ForTokenClassification` model with one label, fp32 weights (master weights stay fp32 under autocast)."""
+def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None,
+                          allow_pickle: bool = False):
+    """A `*ForTokenClassification` model with one label, fp32 weights (master weights stay fp32 under autocast).
+    Weights come from safetensors files only, unless `allow_pickle` (see `refuse_pickle_weights`)."""
+    refuse_pickle_weights(path, allow_pickle)
+    warn_remote_code(path, trust_remote_code)
     kwargs = {"dtype": torch.float32, "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -68,14 +129,21 @@ def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_im
         config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=trust_remote_code)
         # No dropout in front of the head: the target is a regression/probability, and scores stay deterministic.
         config.classifier_dropout = 0.0
-        return AutoModelForTokenClassification.from_pretrained(path, config=config, **kwargs)
+        # None lets transformers fall back to a pickle file, which it reads with torch.load(weights_only=True)
+        return AutoModelForTokenClassification.from_pretrained(path, config=config,
+                                                               use_safetensors=None if allow_pickle else True, **kwargs)
     except ValueError as err:
         if "Unrecognized configuration class" in str(err):
             raise PRMError(f"{path}: this architecture has no ForTokenClassification class in transformers; "
                            "prmkit supports Llama-, Qwen2-, Mistral-, GPT-2-style and other such models") from None
         raise PRMError(f"cannot load model {path}: {err}") from None
+    except pickle.UnpicklingError as err:  # allow_pickle: transformers unpickles with weights_only=True
+        raise PRMError(f"cannot load model {path}: a weight file holds more than tensors and is not unpickled "
+                       f"({refused_object(err)}); get the weights as safetensors from a source you trust") from None
     except OSError as err:
-        raise PRMError(f"cannot load model {path}: {err}") from None
+        hint = ("; prmkit loads safetensors weights only: convert the weights, or set model.allow_pickle=true if you "
+                "trust the source" if not allow_pickle and "safetensors" in str(err) else "")
+        raise PRMError(f"cannot load model {path}: {err}{hint}") from None
 
 
 def head_name(model) -> str:
@@ -146,7 +214,7 @@ def parameter_counts(model) -> tuple[int, int]:
     return trainable, total
 
 
-def load_prm(folder: str | Path, *, trust_remote_code: bool = False):
+def load_prm(folder: str | Path, *, trust_remote_code: bool = False, allow_pickle: bool = False):
     """(model, tokenizer, metadata) from a run folder, checkpoint or merged export; eval mode, fp32."""
     folder = Path(folder)
     metadata = PRMMetadata.load(folder)
@@ -154,11 +222,14 @@ def load_prm(folder: str | Path, *, trust_remote_code: bool = False):
     if (folder / "adapter_config.json").is_file():
         from peft import PeftModel
 
-        base = load_token_classifier(metadata.base_path, trust_remote_code=trust_remote_code)
+        # peft reads adapter_model.safetensors when present, else falls back to a pickled adapter_model.bin
+        refuse_pickle_weights(folder, allow_pickle)
+        base = load_token_classifier(metadata.base_path, trust_remote_code=trust_remote_code,
+                                     allow_pickle=allow_pickle)
         if base.get_input_embeddings().weight.shape[0] != len(tokenizer):
             base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         model = PeftModel.from_pretrained(base, str(folder))
     else:
-        model = load_token_classifier(str(folder), trust_remote_code=trust_remote_code)
+        model = load_token_classifier(str(folder), trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model.eval(), tokenizer, metadata

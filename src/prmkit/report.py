@@ -181,6 +181,9 @@ def plot_training_loss(run_dir, path) -> Path | None:
         axes.plot(*zip(*train), marker=".", label="training loss")
     if evals:
         axes.plot(*zip(*evals), marker="o", linestyle="--", label="validation loss")
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("optimizer step")
     axes.set_ylabel("loss")
     axes.set_title(f"training loss: {Path(run_dir).name}")

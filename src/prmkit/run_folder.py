@@ -1,12 +1,14 @@
-"""The run folder: refuse to clobber an earlier run, and find the checkpoint to resume from."""
+"""The run folder: refuse to clobber an earlier run, check it can hold the checkpoints, find the one to resume."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
+from prmkit.checkpointing import remove_stale_staging
 from prmkit.config import Config
 from prmkit.errors import PRMError
 
@@ -19,6 +21,8 @@ def is_main_process() -> bool:
 
 def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
     run_dir = config.run_dir
+    if run_dir.exists() and not run_dir.is_dir():
+        raise PRMError(f"run folder {run_dir} is a file; choose another output_dir or run_name")
     if run_dir.exists() and any(run_dir.iterdir()) and not config.training.resume:
         if not overwrite:
             raise PRMError(f"run folder {run_dir} already holds files; continue that run with training.resume=latest, "
@@ -32,11 +36,47 @@ def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
         probe.unlink()
     except OSError as err:
         raise PRMError(f"cannot write to the run folder {run_dir} ({err.strerror}); choose another output_dir") from None
+    if is_main_process():
+        remove_stale_staging(run_dir)
     return run_dir
 
 
+def check_free_space(run_dir: Path, *, saved_params: int, trainable_params: int, checkpoints_kept: int | None) -> None:
+    """Fail before training when not even the weights of one checkpoint fit on the disk; warn when the checkpoints
+    kept at once (plus the one being written and the final model) may not.
+
+    Rough sizes, fp32: 4 bytes per saved parameter (all of them for a full fine-tune, the adapter and head for
+    LoRA) and up to 8 more per trainable parameter for the optimizer state (AdamW's two moments; the other
+    optimizers keep less). The error uses the weights alone, a lower bound, so it never stops a run that fits.
+    """
+    free = shutil.disk_usage(run_dir).free
+    weights = 4 * saved_params
+    checkpoint = weights + 8 * trainable_params
+    if free < weights:
+        raise PRMError(f"only {_size(free)} free on the disk of {run_dir}, but one checkpoint's weights alone take "
+                       f"about {_size(weights)}; free some space or choose another output_dir")
+    at_once = (checkpoints_kept or 1) + 1
+    needed = checkpoint * at_once + weights
+    if free < needed:
+        kept = (f"training.save_total_limit={checkpoints_kept}" if checkpoints_kept
+                else "training.save_total_limit is unset, so every checkpoint is kept")
+        print(f"prmkit: warning: {_size(free)} free on the disk of {run_dir}, but {at_once} checkpoints of about "
+              f"{_size(checkpoint)} ({kept}; one more while a save is written) and the final model need about "
+              f"{_size(needed)}. A save that runs out of space stops the run with the earlier checkpoints intact; "
+              "lower training.save_total_limit or free some space", file=sys.stderr, flush=True)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
 def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoints in step order; only those whose trainer_state.json exists (written last, so complete)."""
+    """Published checkpoints in step order. Staging folders (`.partial-*`) never match the name; trainer_state.json
+    (written last) is still required, for folders written by other tools or by a transformers save that died."""
     found = []
     for child in run_dir.iterdir() if run_dir.is_dir() else []:
         match = CHECKPOINT_PATTERN.match(child.name)

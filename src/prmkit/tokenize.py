@@ -71,6 +71,9 @@ def tokenize_chain(tokenizer, prompt: str, steps: Sequence[str], labels: Sequenc
         raise ValueError(f"{len(labels)} labels for {len(steps)} steps")
     sep_ids = encode(tokenizer, separator) if separator else []
     prefix = prompt_prefix(tokenizer)
+    if max_length <= len(prefix):
+        raise ValueError(f"max_length={max_length} leaves no room for any token after the BOS token; "
+                         "use a larger max_length (data.max_length)")
     prompt_ids = encode(tokenizer, prompt) + sep_ids
     spans = [encode(tokenizer, step) + sep_ids for step in steps]
 

@@ -8,23 +8,25 @@ makes every checkpoint scorable.
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import Trainer, TrainingArguments, set_seed
 
 from prmkit.backbones import resolve_base
+from prmkit.checkpointing import AtomicCheckpoints, save_final_model, write_text_atomic
 from prmkit.config import Config, config_to_yaml
 from prmkit.data.io import load_records
 from prmkit.errors import PRMError
 from prmkit.loss import scores_from_head, step_loss
 from prmkit.metrics import step_metrics
 from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_token_classifier, load_tokenizer,
-                          parameter_counts)
+                          parameter_counts, refuse_pickle_weights, refused_object)
 from prmkit.precision import resolve_precision
-from prmkit.run_folder import checkpoint_to_resume, prepare_run_dir
+from prmkit.run_folder import check_free_space, checkpoint_to_resume, prepare_run_dir
 from prmkit.summary import RunSummary
 from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
 
@@ -42,28 +44,24 @@ class ChainDataset(torch.utils.data.Dataset):
         return self.rows[index]
 
 
-class PRMTrainer(Trainer):
-    """Counts the real (non-padding) tokens it trains on, for an honest tokens/s."""
+class PRMTrainer(AtomicCheckpoints, Trainer):
+    """Writes each checkpoint atomically with prmkit.json inside, so every `checkpoint-N` scores on its own; counts
+    the real (non-padding) tokens it trains on, for an honest tokens/s."""
 
     trained_tokens = 0
+
+    def __init__(self, *args, metadata: PRMMetadata, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.metadata = metadata
+
+    def write_extras(self, folder: Path) -> None:
+        self.metadata.save(folder)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
             self.trained_tokens += int(inputs["attention_mask"].sum())
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
-
-
-class MetadataCallback(TrainerCallback):
-    """Every intermediate checkpoint gets prmkit.json beside the weights and tokenizer, so it scores on its own."""
-
-    def __init__(self, metadata: PRMMetadata):
-        self.metadata = metadata
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if folder.is_dir() and state.is_world_process_zero:
-            self.metadata.save(folder)
 
 
 def loss_function(loss_type: str, outputs, labels, num_items_in_batch=None):
@@ -138,11 +136,14 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     train_records, val_records, reports = load_splits(config)
     run_dir = prepare_run_dir(config, overwrite=overwrite)
     resume_from = checkpoint_to_resume(config, run_dir)
+    if resume_from:
+        refuse_pickle_weights(resume_from, config.model.allow_pickle)
 
     base_path = resolve_base(config.model.base, config.model.gguf_file)
     tokenizer = load_tokenizer(base_path, config.model.trust_remote_code)
     model = load_token_classifier(base_path, trust_remote_code=config.model.trust_remote_code,
-                                  attn_implementation=config.model.attn_implementation)
+                                  attn_implementation=config.model.attn_implementation,
+                                  allow_pickle=config.model.allow_pickle)
     added = add_separator_token(model, tokenizer, config.data.separator) if config.model.add_separator_token else []
     model.config.pad_token_id = tokenizer.pad_token_id
 
@@ -160,6 +161,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
                            target_modules=config.lora.target_modules, new_token_ids=new_ids,
                            top_layers=config.lora.top_layers)
     trainable, total = parameter_counts(model)
+    check_free_space(run_dir, saved_params=total if config.model.finetune == "full" else trainable,
+                     trainable_params=trainable, checkpoints_kept=config.training.save_total_limit)
 
     metadata = PRMMetadata(base_model=config.model.base, base_path=base_path, finetune=config.model.finetune,
                            loss=config.loss.type, separator=config.data.separator,
@@ -172,19 +175,22 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         data_collator=StepCollator(tokenizer.pad_token_id), processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
-        callbacks=[MetadataCallback(metadata)],
+        metadata=metadata,
     )
-    (run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+    if trainer.is_world_process_zero():
+        write_text_atomic(run_dir / "config.yaml", config_to_yaml(config))
 
     started = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume_from)
+    except pickle.UnpicklingError as err:  # transformers reads optimizer/scheduler/rng files with weights_only=True
+        raise PRMError(f"training.resume={resume_from}: a file in this checkpoint holds more than tensors, and "
+                       f"nothing is unpickled beyond tensors ({refused_object(err)}). Resume only from "
+                       "checkpoints your own runs wrote") from None
     duration = time.perf_counter() - started
     eval_metrics = trainer.evaluate() if val_chains else {}
 
-    trainer.save_model(str(run_dir))
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(run_dir))
-        metadata.save(run_dir)
+    save_final_model(trainer, run_dir, tokenizer, metadata)
     summary = RunSummary.build(
         config=config, run_dir=run_dir, log_history=trainer.state.log_history, global_step=result.global_step,
         duration_s=duration, trained_tokens=trainer.trained_tokens, trainable_params=trainable, total_params=total,
@@ -192,5 +198,5 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         resumed_from=resume_from,
     )
     if trainer.is_world_process_zero():
-        (run_dir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n", encoding="utf-8")
+        write_text_atomic(run_dir / "summary.json", json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary

@@ -66,7 +66,8 @@ def _read_jsonl(path: Path) -> list[dict]:
     with _open(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
             try:
-                line = raw.decode("utf-8")
+                # utf-8-sig on the first line: editors on Windows start a UTF-8 file with a byte-order mark
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
             except UnicodeDecodeError:
                 raise PRMError(f"{path}: row {line_number} is not UTF-8 text; re-encode the file as UTF-8") from None
             if not line.strip():
@@ -76,18 +77,23 @@ def _read_jsonl(path: Path) -> list[dict]:
             except json.JSONDecodeError as err:
                 raise PRMError(f"{path}: row {line_number} is not valid JSON ({err.msg} at column {err.colno}); "
                                "fix or delete that line") from None
+            except (ValueError, RecursionError) as err:
+                raise PRMError(f"{path}: row {line_number} cannot be read ({_json_limit(err)}); "
+                               "fix or delete that line") from None
     return rows
 
 
 def _read_json(path: Path) -> list[dict]:
     with _open(path, "rb") as handle:
         try:
-            data = json.loads(handle.read().decode("utf-8"))
+            data = json.loads(handle.read().decode("utf-8-sig"))
         except UnicodeDecodeError:
             raise PRMError(f"{path}: not UTF-8 text; re-encode the file as UTF-8") from None
         except json.JSONDecodeError as err:
             raise PRMError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
                            "a .json file must hold one array of rows (use .jsonl for one row per line)") from None
+        except (ValueError, RecursionError) as err:
+            raise PRMError(f"{path}: cannot be read ({_json_limit(err)})") from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
@@ -99,10 +105,10 @@ def _read_parquet(path: Path) -> list[dict]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
-    except Exception as err:  # pyarrow raises several unrelated types for a damaged file
-        raise PRMError(f"{path}: cannot read as Parquet ({err}); check that the file is complete") from None
-    return [_plain(row) for row in table.to_pylist()]
+        return [_plain(row) for row in pq.read_table(path).to_pylist()]
+    except Exception as err:  # pyarrow raises several unrelated types for a damaged file, reading or converting
+        raise PRMError(f"{path}: cannot read as Parquet ({_first_line(err)}); check that the file is complete") \
+            from None
 
 
 def _read_dataset_folder(path: Path, split: str | None) -> list[dict]:
@@ -134,6 +140,18 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return _plain(value.tolist())
     return value
+
+
+def _json_limit(err: Exception) -> str:
+    """The two ways valid-looking JSON still fails in Python: a number too long to convert, nesting too deep."""
+    if isinstance(err, RecursionError):
+        return "values nested too deeply"
+    return _first_line(err)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
 
 
 def _open(path: Path, mode: str):

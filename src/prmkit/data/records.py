@@ -16,6 +16,9 @@ from prmkit.errors import PRMError
 LabelScheme = Literal["auto", "binary", "ternary"]
 NeutralPolicy = Literal["positive", "negative", "ignore"]
 NEUTRAL_VALUES: dict[str, float | None] = {"positive": 1.0, "negative": 0.0, "ignore": None}
+# JSON can spell half of a UTF-16 pair ("\ud83d" alone); Python keeps it in the str, and tokenizers reject it.
+UNPAIRED_SURROGATE = ("holds an unpaired UTF-16 surrogate (a JSON escape such as \\ud83d without its partner); "
+                      "fix the text encoding of this row")
 
 
 @dataclass
@@ -58,9 +61,13 @@ def normalise_label(value: Any, scheme: str, neutral: NeutralPolicy) -> float | 
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if not _is_number(value):
-        raise ValueError(f"label {value!r} is a {type(value).__name__}; use true/false, 0/1, a float in [0, 1], "
+        raise ValueError(f"label {_short(value)} is a {type(value).__name__}; use true/false, 0/1, a float in [0, 1], "
                          "-1/0/+1, or null for an unlabelled step")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond the float range (JSON allows any number of digits)
+        raise ValueError(f"label {_short(value)} is far outside [0, 1]; use 0/1, a probability, or -1/0/+1 "
+                         "ratings") from None
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"label {value} is not a finite number; use a value in [0, 1] or null")
     if scheme == "ternary":
@@ -85,7 +92,8 @@ def validate_record(row: Any, row_number: int, scheme: str, neutral: NeutralPoli
         raise RecordInvalid([RecordProblem(row_number, "<row>", f"expected an object, got {type(row).__name__}")])
     for key in ("prompt", "completions", "labels"):
         if key not in row:
-            problem(key, f"missing; each row needs 'prompt', 'completions' and 'labels' (keys here: {sorted(row)})")
+            problem(key, f"missing; each row needs 'prompt', 'completions' and 'labels' "
+                         f"(keys here: {_short(sorted(map(str, row)))})")
     if problems:
         raise RecordInvalid(problems)
 
@@ -94,6 +102,8 @@ def validate_record(row: Any, row_number: int, scheme: str, neutral: NeutralPoli
         problem("prompt", f"expected a string, got {type(prompt).__name__}")
     elif not prompt.strip():
         problem("prompt", "is empty; give the problem text")
+    elif not _is_unicode(prompt):
+        problem("prompt", UNPAIRED_SURROGATE)
     if not isinstance(completions, list) or not all(isinstance(c, str) for c in completions):
         problem("completions", "expected a list of strings (one per step)")
         completions = None
@@ -103,6 +113,8 @@ def validate_record(row: Any, row_number: int, scheme: str, neutral: NeutralPoli
         for i, step in enumerate(completions):
             if not step.strip():
                 problem(f"completions[{i}]", "is an empty step; remove it (and its label) or give its text")
+            elif not _is_unicode(step):
+                problem(f"completions[{i}]", UNPAIRED_SURROGATE)
     normalised: list[float | None] = []
     if not isinstance(labels, list):
         problem("labels", f"expected a list (one label per step), got {type(labels).__name__}")
@@ -155,3 +167,20 @@ def format_problems(report: ValidationReport, max_reported: int = 20) -> str:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, complex)
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """repr for an error message, cut so a huge value cannot bury the message."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for Python's int-to-str limit
+        return f"<a {type(value).__name__} too long to show>"
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"

@@ -1,0 +1,318 @@
+"""`prmkit eval`: score labelled data with a trained PRM and report step metrics, the ProcessBench first-error
+protocol and best-of-N accuracy, as a table, metrics.json, an HTML page of chains and PNG plots.
+
+What each row contributes:
+  labels                       step metrics (AUROC, accuracy/precision/recall/F1 at the threshold, MSE, ECE);
+  first_error (or labels)      ProcessBench: predicted first error = first step scoring below the threshold;
+  correct/final_answer_correct best-of-N, for rows that share a prompt (or a candidates row with a `correct`
+                               list); majority vote where every candidate has an `answer`.
+Raw ProcessBench files (`problem`, `steps`, `label`) are converted on the fly, as `prmkit data convert` would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prmkit.data.formats_base import guess_format
+from prmkit.data.io import read_rows
+from prmkit.data.records import detect_scheme, normalise_label
+from prmkit.errors import PRMError
+from prmkit.metrics import best_of_n_metrics, step_metrics
+from prmkit.processbench import (average_f1, calibrate_threshold, evaluate_threshold, first_error_from_labels,
+                                 predict_first_error)
+from prmkit.score import AGGREGATIONS, PRMScorer, aggregate
+from prmkit.score_file import parse_row
+
+DEFAULT_THRESHOLD = 0.5  # a probability midpoint for bce; for mse, the midpoint of the 0/1 step labels
+
+
+@dataclass
+class Chain:
+    prompt: str
+    steps: list[str]
+    labels: list[float | None] | None = None
+    first_error: int | None = None
+    correct: bool | None = None
+    answer: object = None
+    group: str = ""  # chains of one problem (best-of-N)
+    title: str = ""
+    scores: list[float | None] = field(default_factory=list)
+
+
+@dataclass
+class Split:
+    name: str
+    path: Path
+    chains: list[Chain]
+    seconds: float = 0.0
+
+
+def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None, name: str | None = None) -> Split:
+    """Read a data file into chains (`limit` rows evenly spaced); a raw ProcessBench (or other known) layout is
+    converted first."""
+    path = Path(path)
+    rows = evenly_spaced(read_rows(path), limit)
+    if rows and isinstance(rows[0], dict) and "prompt" not in rows[0]:
+        source_format = guess_format(rows[0])
+        if source_format and source_format != "trl":
+            from prmkit.data.convert import convert_rows
+
+            rows, _ = convert_rows(source_format, rows, str(path))
+    scheme = detect_scheme(rows)
+    chains: list[Chain] = []
+    for number, row in enumerate(rows, start=1):
+        where = f"{path}: row {number}"
+        parsed = parse_row(row, where, scorer)
+        if parsed.kind == "candidates":
+            chains += _candidate_chains(row, parsed, where, number)
+            continue
+        labels = _labels(row, where, scheme, scorer.metadata.neutral_label, len(parsed.steps[0]))
+        first_error = row.get("first_error")
+        if first_error is None and labels is not None:
+            first_error = first_error_from_labels(labels)
+        correct = row.get("correct", row.get("final_answer_correct"))
+        chains.append(Chain(parsed.prompt, parsed.steps[0], labels, first_error,
+                            None if correct is None else bool(correct), row.get("answer"), group=parsed.prompt,
+                            title=str(row.get("id", f"row {number}"))))
+    return Split(name or path.stem, path, chains)
+
+
+def evenly_spaced(rows: list, limit: int | None) -> list:
+    """`limit` rows spread evenly through the file, first row included: benchmark files are often sorted (by
+    source, or errors first), and a head would not keep their mix. Rows of one problem may be split apart."""
+    if limit is None or limit >= len(rows):
+        return rows
+    if limit < 1:
+        raise PRMError(f"limit={limit}; use a positive number of rows")
+    return [rows[i * len(rows) // limit] for i in range(limit)]
+
+
+def _labels(row: dict, where: str, scheme: str, neutral: str, n_steps: int) -> list[float | None] | None:
+    labels = row.get("labels")
+    if labels is None:
+        return None
+    if not isinstance(labels, list) or len(labels) != n_steps:
+        raise PRMError(f"{where}, field 'labels': expected a list of {n_steps} labels (one per step), "
+                       f"got {labels!r:.60}")
+    try:
+        return [normalise_label(value, scheme, neutral) for value in labels]
+    except ValueError as err:
+        raise PRMError(f"{where}, field 'labels': {err}") from None
+
+
+def _candidate_chains(row: dict, parsed, where: str, number: int) -> list[Chain]:
+    n = len(parsed.steps)
+    correct = row.get("correct")
+    answers = row.get("answers", row.get("answer"))
+    for key, value in (("correct", correct), ("answers", answers)):
+        if value is not None and (not isinstance(value, list) or len(value) != n):
+            raise PRMError(f"{where}, field '{key}': expected a list with one entry per candidate ({n}), "
+                           f"got {value!r:.60}")
+    return [Chain(parsed.prompt, steps, correct=None if correct is None else bool(correct[i]),
+                  answer=None if answers is None else answers[i], group=f"row {number}",
+                  title=f"row {number} candidate {i}") for i, steps in enumerate(parsed.steps)]
+
+
+def score_split(scorer: PRMScorer, split: Split) -> Split:
+    started = time.perf_counter()
+    for chain, scores in zip(split.chains, scorer.score_many([(c.prompt, c.steps) for c in split.chains])):
+        chain.scores = scores
+    split.seconds = time.perf_counter() - started
+    return split
+
+
+def step_pairs(split: Split) -> tuple[list[float], list[float]]:
+    """(scores, labels) over steps that have both."""
+    scores, labels = [], []
+    for chain in split.chains:
+        for score, label in zip(chain.scores, chain.labels or []):
+            if score is not None and label is not None:
+                scores.append(score)
+                labels.append(label)
+    return scores, labels
+
+
+def first_error_chains(split: Split) -> list[Chain]:
+    return [c for c in split.chains if c.first_error is not None]
+
+
+def best_of_n_groups(split: Split) -> list[dict]:
+    """Problems with at least two candidates whose correctness is known."""
+    grouped: dict[str, list[Chain]] = {}
+    for chain in split.chains:
+        if chain.correct is not None:
+            grouped.setdefault(chain.group, []).append(chain)
+    groups = []
+    for chains in grouped.values():
+        if len(chains) >= 2:
+            answers = [c.answer for c in chains]
+            groups.append({"correct": [c.correct for c in chains],
+                           "answers": None if any(a is None for a in answers) else [json.dumps(a) for a in answers],
+                           "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})
+    return groups
+
+
+def split_metrics(split: Split, threshold: float) -> dict:
+    scores, labels = step_pairs(split)
+    chains = first_error_chains(split)
+    result: dict = {"rows": len(split.chains), "score_seconds": round(split.seconds, 2),
+                    "chains_per_s": round(len(split.chains) / split.seconds, 2) if split.seconds else None,
+                    "steps_unscored": sum(s is None for c in split.chains for s in c.scores),
+                    "step": step_metrics(scores, labels, threshold) if scores else None}
+    if chains:
+        step_scores, gold = [c.scores for c in chains], [c.first_error for c in chains]
+        result["processbench"] = evaluate_threshold(step_scores, gold, threshold)
+        oracle = calibrate_threshold(step_scores, gold)
+        result["processbench"]["oracle_threshold"] = oracle["threshold"]
+        result["processbench"]["oracle_f1"] = oracle["f1"]
+    groups = best_of_n_groups(split)
+    result["best_of_n"] = best_of_n_metrics(groups, list(AGGREGATIONS)) if groups else None
+    return result
+
+
+def choose_threshold(threshold: float | None, calibration: Split | None) -> dict:
+    if calibration is not None:
+        chains = first_error_chains(calibration)
+        if not chains:
+            raise PRMError(f"--calibrate-on {calibration.path}: no row has 'first_error' or step labels; "
+                           "calibrate on ProcessBench-style data")
+        found = calibrate_threshold([c.scores for c in chains], [c.first_error for c in chains])
+        return {"value": found["threshold"], "source": f"calibrated on {calibration.path}", "calibration_f1":
+                found["f1"]}
+    if threshold is not None:
+        return {"value": float(threshold), "source": "--threshold"}
+    return {"value": DEFAULT_THRESHOLD, "source": "default"}
+
+
+def evaluate(run: str | Path, data: list[str | Path], *, threshold: float | None = None,
+             calibrate_on: str | Path | None = None, out: str | Path | None = None, batch_size: int = 16,
+             device: str | None = None, dtype: str | None = None, limit: int | None = None,
+             max_length: int | None = None, max_report_chains: int = 500, progress=print) -> dict:
+    """Evaluate a run folder, checkpoint or merged export on data files; writes metrics.json, report.html and
+    PNG plots into `out` (default RUN/eval/<data stem>) and returns the metrics."""
+    if not data:
+        raise PRMError("no data file given; pass at least one labelled file, e.g. processbench gsm8k.jsonl")
+    if threshold is not None and calibrate_on is not None:
+        raise PRMError("both --threshold and --calibrate-on given; use one: a fixed threshold or one calibrated")
+    started = time.perf_counter()
+    scorer = PRMScorer.from_pretrained(run, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length)
+    load_s = time.perf_counter() - started
+    splits = []
+    for path, name in zip(data, _unique_names(data)):
+        split = load_split(path, scorer, limit=limit, name=name)
+        progress(f"scoring {split.name}: {len(split.chains)} chains on {scorer.device} "
+                 f"({str(scorer.dtype).replace('torch.', '')})")
+        splits.append(score_split(scorer, split))
+    calibration = None
+    if calibrate_on is not None:
+        same = [s for s in splits if s.path.resolve() == Path(calibrate_on).resolve()]
+        calibration = same[0] if same else score_split(scorer, load_split(calibrate_on, scorer, limit=limit))
+    chosen = choose_threshold(threshold, calibration)
+
+    per_split = {s.name: split_metrics(s, chosen["value"]) for s in splits}
+    pb = {name: m["processbench"] for name, m in per_split.items() if m.get("processbench")}
+    metrics = {"run": str(run), "device": str(scorer.device), "dtype": str(scorer.dtype).replace("torch.", ""),
+               "loss": scorer.metadata.loss, "max_length": scorer.metadata.max_length, "threshold": chosen,
+               "splits": per_split,
+               "processbench_average_f1": average_f1(pb) if pb else None,
+               "seconds": {"load": round(load_s, 2), "total": None}}
+    target = Path(out) if out else Path(run) / "eval" / "+".join(s.name for s in splits)
+    metrics["out"] = str(target)
+    metrics["outputs"] = write_outputs(target, run, splits, metrics, max_report_chains)
+    metrics["seconds"]["total"] = round(time.perf_counter() - started, 2)
+    (target / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str) + "\n", encoding="utf-8")
+    return metrics
+
+
+def write_outputs(target: Path, run, splits: list[Split], metrics: dict, max_report_chains: int) -> dict:
+    from prmkit.report import plot_calibration, plot_roc, plot_training_loss, write_chain_report
+
+    target.mkdir(parents=True, exist_ok=True)
+    threshold = metrics["threshold"]["value"]
+    series = {s.name: step_pairs(s) for s in splits}
+    series = {name: pair for name, pair in series.items() if pair[0]}
+    chains = []
+    for split in splits:
+        for chain in split.chains[:max_report_chains]:
+            chains.append({"prompt": chain.prompt, "steps": chain.steps, "scores": chain.scores,
+                           "labels": chain.labels, "first_error": chain.first_error,
+                           "predicted_first_error": predict_first_error(chain.scores, threshold),
+                           "title": f"{split.name} · {chain.title}", "score": aggregate(chain.scores, "min")})
+    summary = {"run": str(run), "threshold": f"{threshold:.4g} ({metrics['threshold']['source']})"}
+    for name, m in metrics["splits"].items():
+        shown = min(m["rows"], max_report_chains)
+        summary[f"{name}: chains shown"] = f"{shown} of {m['rows']}"
+        if m.get("processbench"):
+            summary[f"{name}: ProcessBench F1"] = m["processbench"]["f1"]
+        if m.get("step"):
+            summary[f"{name}: step AUROC"] = m["step"]["auroc"]
+    outputs = {"report": write_chain_report(target / "report.html", chains, title=f"prmkit eval: {run}",
+                                            threshold=threshold, summary=summary),
+               "roc": plot_roc(series, target / "roc.png") if series else None,
+               "calibration": plot_calibration(series, target / "calibration.png") if series else None,
+               "training_loss": plot_training_loss(run, target / "training_loss.png")}
+    return {key: str(value) if value else None for key, value in outputs.items()}
+
+
+def _unique_names(paths: list[str | Path]) -> list[str]:
+    names, seen = [], {}
+    for path in paths:
+        stem = Path(str(path).split("#")[0]).stem
+        seen[stem] = seen.get(stem, 0) + 1
+        names.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
+    return names
+
+
+def render_tables(metrics: dict) -> list:
+    """The metrics as rich tables: step metrics, ProcessBench and best-of-N, one row per split."""
+    from rich.table import Table
+
+    splits = metrics["splits"]
+    tables = []
+    step = Table(title="step metrics (threshold " + f"{metrics['threshold']['value']:.4g}, "
+                 f"{metrics['threshold']['source']})", title_justify="left")
+    columns = [("steps", "n_steps"), ("AUROC", "auroc"), ("acc", "accuracy"), ("error P", "error_precision"),
+               ("error R", "error_recall"), ("error F1", "error_f1"), ("MSE", "mse"), ("ECE", "ece")]
+    for title, _ in [("split", None), *columns]:
+        step.add_column(title, justify="left" if title == "split" else "right")
+    for name, m in splits.items():
+        if m.get("step"):
+            step.add_row(name, *(_fmt(m["step"].get(key)) for _, key in columns))
+    if step.row_count:
+        tables.append(step)
+
+    pb_rows = {name: m["processbench"] for name, m in splits.items() if m.get("processbench")}
+    if pb_rows:
+        pb = Table(title="ProcessBench (first error = first step below the threshold)", title_justify="left")
+        for title in ("split", "erroneous", "correct", "error acc", "correct acc", "F1", "oracle F1 (thr)"):
+            pb.add_column(title, justify="left" if title == "split" else "right")
+        for name, r in pb_rows.items():
+            pb.add_row(name, str(r["n_error"]), str(r["n_correct"]), _fmt(r["error_accuracy"]),
+                       _fmt(r["correct_accuracy"]), _fmt(r["f1"]),
+                       f"{_fmt(r['oracle_f1'])} ({r['oracle_threshold']:.3g})")
+        pb.add_row("average", "", "", "", "", _fmt(metrics.get("processbench_average_f1")), "", style="bold")
+        tables.append(pb)
+
+    bon_rows = {name: m["best_of_n"] for name, m in splits.items() if m.get("best_of_n")}
+    if bon_rows:
+        # methods as rows, splits as columns: a narrow terminal still shows every number
+        bon = Table(title="best-of-N accuracy (ties broken at random)", title_justify="left")
+        bon.add_column("choice")
+        for name in bon_rows:
+            bon.add_column(name, justify="right")
+        bon.add_row("problems (mean N)",
+                    *(f"{r['n_problems']} ({r['mean_candidates']:.1f})" for r in bon_rows.values()))
+        bon.add_row("random", *(_fmt(r["random"]) for r in bon_rows.values()))
+        bon.add_row("majority vote", *(_fmt(r["majority_vote"]) for r in bon_rows.values()))
+        for how in AGGREGATIONS:
+            bon.add_row(f"PRM {how}", *(_fmt(r["prm"][how]) for r in bon_rows.values()))
+        bon.add_row("oracle (any correct)", *(_fmt(r["oracle"]) for r in bon_rows.values()))
+        tables.append(bon)
+    return tables
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,78 @@
+"""A trained PRM as an RL reward: `PRMReward` plugs into TRL's GRPOTrainer as one of `reward_funcs`.
+
+    from prmkit.reward import PRMReward
+    reward = PRMReward("runs/prm", aggregate="min")
+    trainer = GRPOTrainer(model=..., reward_funcs=[reward], ...)
+
+TRL calls `reward(prompts=[...], completions=[...], **columns)` with one prompt per completion and expects one
+float per completion; it logs the reward under `reward.__name__`. Prompts and completions may be strings or
+chat message lists. A completion with no step (empty or whitespace only) gets the floor reward, the lowest a
+scored chain can get, so a policy cannot earn reward by saying nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from prmkit.errors import PRMError
+from prmkit.score import AGGREGATIONS, PRMScorer, Separator, aggregate, completion_text, prompt_text
+
+TRUNCATED = ("kept", "floor")
+
+
+class PRMReward:
+    """Callable reward: one aggregate PRM score per completion.
+
+    `floor` is the reward for a completion with no scorable step (default 0.0: the lowest probability of a bce
+    PRM, and the wrong-step label of an mse one). `truncated` says what a completion longer than the PRM's
+    max_length gets: "kept" scores the steps that fit, "floor" gives the floor, so that hiding a bad step past
+    the cut cannot pay under the `min` aggregation.
+    """
+
+    def __init__(self, scorer: PRMScorer | str | Path, *, aggregate: str = "min", floor: float | None = None,
+                 truncated: str = "kept", separator: Separator = None, batch_size: int = 16,
+                 device: str | None = None, dtype: str | None = None, name: str | None = None):
+        if aggregate not in AGGREGATIONS:
+            raise PRMError(f"aggregate={aggregate!r} is not known; use one of {', '.join(AGGREGATIONS)}")
+        if truncated not in TRUNCATED:
+            raise PRMError(f"truncated={truncated!r} is not known; use 'kept' or 'floor'")
+        if not isinstance(scorer, PRMScorer):
+            scorer = PRMScorer.from_pretrained(scorer, device=device, dtype=dtype, batch_size=batch_size)
+        self.scorer = scorer
+        self.aggregate = aggregate
+        self.floor = 0.0 if floor is None else float(floor)
+        self.truncated = truncated
+        self.separator = separator
+        self.__name__ = name or f"prm_{aggregate}"  # TRL names the logged reward column after this
+
+    def steps_of(self, completion) -> list[str]:
+        return self.scorer.split_steps(completion_text(completion), self.separator)
+
+    def __call__(self, prompts: Sequence, completions: Sequence, **kwargs) -> list[float]:
+        """One reward per completion; extra keyword arguments (dataset columns, trainer state) are ignored."""
+        if len(prompts) != len(completions):
+            raise PRMError(f"{len(prompts)} prompts for {len(completions)} completions; give one prompt per "
+                           "completion (TRL repeats each prompt for its generations)")
+        steps = [self.steps_of(c) for c in completions]
+        texts = [prompt_text(p) for p in prompts]
+        todo = [i for i, s in enumerate(steps) if s]
+        scored = self.scorer.score_many([(texts[i], steps[i]) for i in todo])
+        rewards = [self.floor] * len(completions)
+        for i, step_scores in zip(todo, scored):
+            rewards[i] = self._chain_reward(step_scores)
+        return rewards
+
+    def _chain_reward(self, step_scores: list[float | None]) -> float:
+        if self.truncated == "floor" and any(s is None for s in step_scores):
+            return self.floor
+        value = aggregate(step_scores, self.aggregate)
+        return self.floor if value is None else float(value)
+
+    def step_rewards(self, prompt, completion) -> list[float]:
+        """One reward per step of the completion (for trainers with per-step rewards); a step cut by max_length
+        gets the floor; a completion with no step gets an empty list."""
+        steps = self.steps_of(completion)
+        if not steps:
+            return []
+        return [self.floor if s is None else float(s) for s in self.scorer.score(prompt_text(prompt), steps)]

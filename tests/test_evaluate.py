@@ -1,0 +1,120 @@
+"""`prmkit eval` end to end on a tiny run: metrics.json, report.html and PNGs; ProcessBench threshold transfer;
+best-of-N grouping; raw ProcessBench files; the shared real data when present."""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_score import shared_run
+
+from prmkit.cli import main
+from prmkit.data.io import write_jsonl
+from prmkit.data.synthetic import generate_records
+from prmkit.errors import PRMError
+from prmkit.evaluate import evaluate, evenly_spaced
+from prmkit.processbench import evaluate_threshold
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tiny_llama, tmp_path_factory):
+    return shared_run(tiny_llama, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("eval-data")
+    write_jsonl(generate_records(10, seed=21), folder / "a.jsonl")
+    write_jsonl(generate_records(8, seed=22), folder / "b.jsonl")
+    # three candidates per problem with known correctness and answers, as a candidates row and as records
+    write_jsonl([{"prompt": "What is 2 + 2?", "candidates": ["2 + 2 = 4.", ["2 + 2 = 5.", "So 5."], "4"],
+                  "correct": [True, False, True], "answers": ["4", "5", "4"]},
+                 {"prompt": "What is 3 + 3?", "candidates": [["3 + 3 = 6."], ["3 + 3 = 7."]],
+                  "correct": [True, False]}], folder / "cands.jsonl")
+    write_jsonl([{"prompt": "What is 5 - 1?", "completions": [c], "correct": ok, "answer": a}
+                 for c, ok, a in (("5 - 1 = 4.", True, "4"), ("5 - 1 = 3.", False, "3"), ("It is 4.", True, "4"))]
+                + [{"prompt": "Lonely?", "completions": ["Yes."], "correct": True}], folder / "grouped.jsonl")
+    # raw ProcessBench layout, converted on the fly
+    (folder / "pb.json").write_text(json.dumps([
+        {"id": "pb-0", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "label": 0,
+         "final_answer_correct": False},
+        {"id": "pb-1", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "So 5."], "label": -1,
+         "final_answer_correct": True}]))
+    return folder
+
+
+def test_cli_eval_writes_metrics_report_and_plots(run, data, tmp_path, capsys):
+    out = tmp_path / "eval"
+    assert main(["eval", str(run), str(data / "a.jsonl"), str(data / "cands.jsonl"), "--out", str(out),
+                 "--device", "cpu", "--threshold", "0.6"]) == 0
+    printed = capsys.readouterr().out
+    assert "ProcessBench" in printed and "best-of-N" in printed and "metrics.json" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["threshold"] == {"value": 0.6, "source": "--threshold"}
+    a = metrics["splits"]["a"]
+    assert a["rows"] == 10 and a["step"]["n_steps"] > 0
+    assert {"auroc", "accuracy", "precision", "recall", "f1", "mse", "ece"} <= set(a["step"])
+    assert {"f1", "error_accuracy", "correct_accuracy", "oracle_f1"} <= set(a["processbench"])
+    assert metrics["processbench_average_f1"] == a["processbench"]["f1"]
+    bon = metrics["splits"]["cands"]["best_of_n"]
+    assert bon["n_problems"] == 2 and bon["random"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert bon["majority_vote"] is None and "answer" in bon["note"]  # the second row has no answers
+    assert set(bon["prm"]) == {"min", "max", "mean", "last", "prod", "geometric_mean"}
+    for name in ("roc.png", "calibration.png", "training_loss.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC), name
+    page = (out / "report.html").read_text()
+    assert page.count('<section class="chain">') == 10 + 5 and "candidate 1" in page
+
+
+def test_threshold_calibrated_on_one_split_is_applied_to_all(run, data, tmp_path):
+    metrics = evaluate(run, [data / "a.jsonl", data / "b.jsonl"], calibrate_on=data / "a.jsonl",
+                       out=tmp_path / "cal", device="cpu", progress=lambda *_: None)
+    threshold = metrics["threshold"]
+    assert threshold["source"].startswith("calibrated on") and "a.jsonl" in threshold["source"]
+    a, b = (metrics["splits"][n]["processbench"] for n in ("a", "b"))
+    assert a["threshold"] == b["threshold"] == threshold["value"]
+    assert a["f1"] == pytest.approx(threshold["calibration_f1"]) and a["f1"] == pytest.approx(a["oracle_f1"])
+    assert metrics["processbench_average_f1"] == pytest.approx((a["f1"] + b["f1"]) / 2)
+    # the default output folder sits in the run folder, named after the data
+    default = evaluate(run, [data / "b.jsonl"], device="cpu", progress=lambda *_: None)
+    assert Path(default["out"]) == run / "eval" / "b" and (run / "eval" / "b" / "metrics.json").is_file()
+
+
+def test_best_of_n_groups_records_by_prompt_and_raw_processbench(run, data, tmp_path):
+    metrics = evaluate(run, [data / "grouped.jsonl", data / "pb.json"], out=tmp_path / "g", device="cpu",
+                       progress=lambda *_: None)
+    grouped = metrics["splits"]["grouped"]["best_of_n"]
+    assert grouped["n_problems"] == 1 and grouped["mean_candidates"] == 3  # the lonely problem is left out
+    assert grouped["random"] == pytest.approx(2 / 3) and grouped["majority_vote"] == 1.0
+    pb = metrics["splits"]["pb"]
+    assert pb["processbench"]["n_error"] == 1 and pb["processbench"]["n_correct"] == 1
+    assert pb["best_of_n"]["n_problems"] == 1  # both pb rows share a problem and carry final_answer_correct
+
+
+def test_user_errors(run, data, tmp_path):
+    with pytest.raises(PRMError, match="both --threshold and --calibrate-on"):
+        evaluate(run, [data / "a.jsonl"], threshold=0.5, calibrate_on=data / "a.jsonl", out=tmp_path)
+    with pytest.raises(PRMError, match="no row has 'first_error'"):
+        evaluate(run, [data / "a.jsonl"], calibrate_on=data / "cands.jsonl", out=tmp_path, device="cpu",
+                 progress=lambda *_: None)
+    with pytest.raises(PRMError, match="no data file"):
+        evaluate(run, [], out=tmp_path)
+
+
+def test_limit_takes_rows_evenly_spaced():
+    assert evenly_spaced(list(range(10)), 4) == [0, 2, 5, 7]
+    assert evenly_spaced(list(range(3)), 5) == [0, 1, 2] and evenly_spaced([1, 2], None) == [1, 2]
+    with pytest.raises(PRMError, match="limit=0"):
+        evenly_spaced([1, 2], 0)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "processbench" / "gsm8k.json").is_file(),
+                    reason=f"real ProcessBench data not found in {SHARED_DATA / 'processbench'}")
+def test_real_processbench_rows(run, tmp_path):
+    metrics = evaluate(run, [SHARED_DATA / "processbench" / "gsm8k.json"], limit=6, out=tmp_path, device="cpu",
+                       progress=lambda *_: None)
+    result = metrics["splits"]["gsm8k"]["processbench"]
+    assert result["n_error"] + result["n_correct"] == 6 and result["n_error"] and result["n_correct"]
+    assert set(evaluate_threshold([[0.0]], [0], 0.5)) <= set(result)  # the keys of the pure function
