@@ -41,3 +41,8 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
     b = load_file(tmp_path / "runs" / "single" / "adapter_model.safetensors")
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+    # throughput counts both ranks' tokens, and the summary table is printed once
+    ddp_summary = json.loads((tmp_path / "runs" / "ddp" / "summary.json").read_text())
+    single_summary = json.loads((tmp_path / "runs" / "single" / "summary.json").read_text())
+    assert ddp_summary["trained_tokens"] == single_summary["trained_tokens"]
+    assert ddp.stdout.count("tokens/s (real tokens)") == 1

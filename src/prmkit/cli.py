@@ -15,13 +15,15 @@ from prmkit.errors import PRMError
 
 def cmd_train(args) -> int:
     from prmkit.config import load_config
+    from prmkit.run_folder import is_main_process
     from prmkit.summary import print_summary
     from prmkit.train import train
 
     config = load_config(args.config, args.overrides)
     _quiet_transformers()
     summary = train(config, overwrite=args.overwrite)
-    print_summary(summary)
+    if is_main_process():  # under torchrun every rank returns; one table is enough
+        print_summary(summary)
     return 0
 
 

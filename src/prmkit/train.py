@@ -191,9 +191,12 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     eval_metrics = trainer.evaluate() if val_chains else {}
 
     save_final_model(trainer, run_dir, tokenizer, metadata)
+    # Each process counted its own shard's tokens; the run's throughput is their sum.
+    trained_tokens = int(trainer.accelerator.reduce(torch.tensor(trainer.trained_tokens,
+                                                                 device=trainer.args.device), "sum"))
     summary = RunSummary.build(
         config=config, run_dir=run_dir, log_history=trainer.state.log_history, global_step=result.global_step,
-        duration_s=duration, trained_tokens=trainer.trained_tokens, trainable_params=trainable, total_params=total,
+        duration_s=duration, trained_tokens=trained_tokens, trainable_params=trainable, total_params=total,
         train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
         resumed_from=resume_from,
     )
