@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"prmkit: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("prmkit: interrupted; a training run continues from its last checkpoint with training.resume=latest",
               file=sys.stderr)

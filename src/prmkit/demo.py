@@ -17,6 +17,7 @@ from rich.table import Table
 from prmkit.config import load_config
 from prmkit.errors import PRMError
 from prmkit.metrics import step_metrics
+from prmkit.processbench import predict_first_error
 
 DEFAULT_BASE = "smollm2-135m"
 
@@ -35,14 +36,6 @@ class DemoOptions:
     overwrite: bool = False
 
 
-def first_error_prediction(scores: list[float | None], threshold: float) -> int:
-    """The first step scored below the threshold, or -1 when every step passes."""
-    for index, score in enumerate(scores):
-        if score is not None and score < threshold:
-            return index
-    return -1
-
-
 def evaluate_held_out(scorer, records: list[dict], threshold: float = 0.5) -> tuple[dict, list[dict]]:
     """Step AUROC/accuracy and first-error accuracy, plus the scored chains for the report."""
     all_scores = scorer.score_many([(r["prompt"], r["completions"]) for r in records])
@@ -52,7 +45,7 @@ def evaluate_held_out(scorer, records: list[dict], threshold: float = 0.5) -> tu
             if score is not None and label is not None:
                 flat_scores.append(score)
                 flat_labels.append(float(label))
-        predicted = first_error_prediction(scores, threshold)
+        predicted = predict_first_error(scores, threshold)
         hits += predicted == record["first_error"]
         chains.append({"prompt": record["prompt"], "steps": record["completions"], "scores": scores,
                        "labels": record["labels"], "first_error": record["first_error"],

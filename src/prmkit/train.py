@@ -191,6 +191,7 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     eval_metrics = trainer.evaluate() if val_chains else {}
 
     save_final_model(trainer, run_dir, tokenizer, metadata)
+    trainer.save_state()  # trainer_state.json in the run folder: the full log history, final evaluation included
     # Each process counted its own shard's tokens; the run's throughput is their sum.
     trained_tokens = int(trainer.accelerator.reduce(torch.tensor(trainer.trained_tokens,
                                                                  device=trainer.args.device), "sum"))
