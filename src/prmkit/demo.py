@@ -33,7 +33,21 @@ class DemoOptions:
     lr: float = 1e-3
     top_layers: int | None = 8
     seed: int = 0
+    after_error: str = "negative"
     overwrite: bool = False
+
+
+def position_baseline(records: list[dict]) -> dict:
+    """What step position alone predicts: later steps are more often wrong (an error early in a chain makes every
+    later step wrong too), so a PRM must beat this, not 0.5, to show it reads the steps."""
+    scores, labels = [], []
+    for record in records:
+        count = len(record["completions"])
+        for index, label in enumerate(record["labels"]):
+            if label is not None:
+                scores.append(1.0 - index / count)
+                labels.append(float(label))
+    return {"auroc": step_metrics(scores, labels)["auroc"]}
 
 
 def evaluate_held_out(scorer, records: list[dict], threshold: float = 0.5) -> tuple[dict, list[dict]]:
@@ -74,7 +88,8 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     started = time.perf_counter()
 
     console.rule("[bold]1/5  Data")
-    train_rows, held_out = generate_splits(options.rows, options.val_rows, options.seed)
+    train_rows, held_out = generate_splits(options.rows, options.val_rows, options.seed,
+                                           after_error=options.after_error)
     write_jsonl(train_rows, out / "data" / "train.jsonl")
     write_jsonl(held_out, out / "data" / "held_out.jsonl")
     console.print(f"{len(train_rows)} training chains and {len(held_out)} held-out chains (another seed) in "
@@ -105,6 +120,9 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     del untrained
     console.print(_metrics_line(before))
 
+    baseline = position_baseline(held_out)
+    console.print(f"for comparison, step position alone gives a step AUROC of {_fmt(baseline['auroc'])}")
+
     console.rule(f"[bold]4/5  Training a LoRA PRM for {options.steps} steps")
     summary = train(config, overwrite=True)
     print_summary(summary, console)
@@ -115,14 +133,14 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         after, chains = evaluate_held_out(PRMScorer.from_pretrained(run_dir, device="cpu"), held_out)
     console.print(_metrics_line(after))
 
-    results = {"before": before, "after": after, "steps": summary.steps, "train_rows": len(train_rows),
+    results = {"before": before, "after": after, "position_baseline": baseline, "steps": summary.steps, "train_rows": len(train_rows),
                "held_out_rows": len(held_out), "base": options.base, "seconds": round(time.perf_counter() - started, 1),
                "run_dir": str(run_dir)}
     report = write_chain_report(out / "report.html", chains, title="prmkit demo: held-out chains scored by the trained PRM",
                                 threshold=0.5, summary=_report_summary(before, after))
     loss_png = plot_training_loss(run_dir, out / "loss.png")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    console.print(_before_after_table(before, after))
+    console.print(_before_after_table(before, after, baseline))
     console.print(f"report: {report}\nloss curve: {loss_png}\nnumbers: {out / 'results.json'}\n"
                   f"model: {run_dir}  (score with PRMScorer.from_pretrained or `prmkit score`)\n"
                   f"total time: {results['seconds']:.0f} s")
@@ -132,13 +150,14 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
 ROWS = (("step AUROC", "auroc"), ("step accuracy @0.5", "accuracy"), ("first-error accuracy", "first_error_accuracy"))
 
 
-def _before_after_table(before: dict, after: dict) -> Table:
+def _before_after_table(before: dict, after: dict, baseline: dict) -> Table:
     table = Table(title="held-out chains: untrained head vs trained PRM", title_justify="left")
     table.add_column("metric")
     table.add_column("untrained", justify="right")
     table.add_column("trained", justify="right")
+    table.add_column("position only", justify="right")
     for name, key in ROWS:
-        table.add_row(name, _fmt(before.get(key)), _fmt(after.get(key)))
+        table.add_row(name, _fmt(before.get(key)), _fmt(after.get(key)), _fmt(baseline.get(key)))
     return table
 
 
