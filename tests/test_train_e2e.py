@@ -153,3 +153,20 @@ def test_gradient_accumulation_matches_one_big_batch(tiny_llama, data, tmp_path)
     loss_acc, grad_acc, _ = grad_norm_and_loss_after_one_step(tiny_llama, train_file, tmp_path, 2, 4)
     assert loss_acc == pytest.approx(loss_big, rel=1e-4)
     assert grad_acc == pytest.approx(grad_big, rel=1e-4)
+
+
+def test_group_by_length_cuts_padding(tiny_llama, tmp_path):
+    # chains of two very different lengths: random batches mix them, length-grouped batches mostly do not
+    # (transformers sorts by length within mega-batches of up to 50 batches, at most a quarter of the data)
+    steps = [1 + 6 * (i % 2) for i in range(160)]
+    rows = [{"prompt": "What is 1 + 1?", "completions": ["1 + 1 = 2."] * n, "labels": [1] * n} for n in steps]
+    write_jsonl(rows, tmp_path / "mixed.jsonl")
+    shares = {}
+    for grouped in (False, True):
+        summary = train(load_config(None, [
+            f"model.base={tiny_llama}", f"data.train={tmp_path / 'mixed.jsonl'}", "data.max_length=256",
+            f"output_dir={tmp_path}", f"run_name=g{grouped}", "training.max_steps=4", "training.batch_size=8",
+            f"training.group_by_length={str(grouped).lower()}"]))
+        shares[grouped] = summary.padding_share
+    assert shares[False] > 0.2
+    assert shares[True] < shares[False] / 2

@@ -49,6 +49,7 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
     the real (non-padding) tokens it trains on, for an honest tokens/s."""
 
     trained_tokens = 0
+    padded_tokens = 0
 
     def __init__(self, *args, metadata: PRMMetadata, **kwargs):
         super().__init__(*args, **kwargs)
@@ -60,6 +61,7 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
             self.trained_tokens += int(inputs["attention_mask"].sum())
+            self.padded_tokens += inputs["attention_mask"].numel()
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
 
@@ -102,6 +104,7 @@ def training_arguments(config: Config, run_dir: Path, has_eval: bool) -> Trainin
         eval_strategy=("steps" if t.eval_steps else "epoch") if has_eval else "no", eval_steps=t.eval_steps,
         save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit,
         report_to=t.report_to or "none", dataloader_num_workers=t.dataloader_num_workers,
+        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         bf16=precision.bf16, fp16=precision.fp16, use_cpu=precision.device == "cpu",
         fsdp=d.fsdp, fsdp_config=d.fsdp_config or None, deepspeed=d.deepspeed,
         ddp_find_unused_parameters=d.ddp_find_unused_parameters,
@@ -193,11 +196,11 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     save_final_model(trainer, run_dir, tokenizer, metadata)
     trainer.save_state()  # trainer_state.json in the run folder: the full log history, final evaluation included
     # Each process counted its own shard's tokens; the run's throughput is their sum.
-    trained_tokens = int(trainer.accelerator.reduce(torch.tensor(trainer.trained_tokens,
-                                                                 device=trainer.args.device), "sum"))
+    trained_tokens, batch_tokens = (int(x) for x in trainer.accelerator.reduce(
+        torch.tensor([trainer.trained_tokens, trainer.padded_tokens], device=trainer.args.device), "sum"))
     summary = RunSummary.build(
         config=config, run_dir=run_dir, log_history=trainer.state.log_history, global_step=result.global_step,
-        duration_s=duration, trained_tokens=trained_tokens, trainable_params=trainable, total_params=total,
+        duration_s=duration, trained_tokens=trained_tokens, batch_tokens=batch_tokens, trainable_params=trainable, total_params=total,
         train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
         resumed_from=resume_from,
     )
