@@ -133,10 +133,11 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         after, chains = evaluate_held_out(PRMScorer.from_pretrained(run_dir, device="cpu"), held_out)
     console.print(_metrics_line(after))
 
-    results = {"before": before, "after": after, "position_baseline": baseline, "steps": summary.steps, "train_rows": len(train_rows),
-               "held_out_rows": len(held_out), "base": options.base, "seconds": round(time.perf_counter() - started, 1),
-               "run_dir": str(run_dir)}
-    report = write_chain_report(out / "report.html", chains, title="prmkit demo: held-out chains scored by the trained PRM",
+    results = {"before": before, "after": after, "position_baseline": baseline, "steps": summary.steps,
+               "train_rows": len(train_rows), "held_out_rows": len(held_out), "base": options.base,
+               "seconds": round(time.perf_counter() - started, 1), "run_dir": str(run_dir)}
+    report = write_chain_report(out / "report.html", chains,
+                                title="prmkit demo: held-out chains scored by the trained PRM",
                                 threshold=0.5, summary=_report_summary(before, after))
     loss_png = plot_training_loss(run_dir, out / "loss.png")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

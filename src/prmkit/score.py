@@ -19,7 +19,7 @@ from prmkit.errors import PRMError
 from prmkit.loss import scores_from_head
 from prmkit.model import PRMMetadata, load_prm
 from prmkit.precision import available_device, bf16_supported
-from prmkit.tokenize import TokenizedChain, tokenize_chain
+from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
 
 AGGREGATIONS = {
     "min": min,
@@ -207,7 +207,7 @@ class PRMScorer:
         tokenized = [self.tokenize(prompt, steps) for prompt, steps in chains]
         order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i].input_ids))
         results: list[list[float | None]] = [[] for _ in chains]
-        pad = self.tokenizer.pad_token_id
+        collate = StepCollator(self.tokenizer.pad_token_id)
         for start in range(0, len(order), self.batch_size):
             indices = [i for i in order[start:start + self.batch_size] if tokenized[i].step_positions]
             for i in order[start:start + self.batch_size]:
@@ -215,14 +215,9 @@ class PRMScorer:
             if not indices:
                 continue
             batch = [tokenized[i] for i in indices]
-            length = max(len(c.input_ids) for c in batch)
-            input_ids = torch.full((len(batch), length), pad, dtype=torch.long)
-            attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
-            for row, chain in enumerate(batch):
-                input_ids[row, :len(chain.input_ids)] = torch.tensor(chain.input_ids)
-                attention_mask[row, :len(chain.input_ids)] = 1
-            head = self.model(input_ids=input_ids.to(self.device),
-                              attention_mask=attention_mask.to(self.device)).logits.squeeze(-1)
+            inputs = collate([{"input_ids": chain.input_ids} for chain in batch])  # the training collator's padding
+            head = self.model(input_ids=inputs["input_ids"].to(self.device),
+                              attention_mask=inputs["attention_mask"].to(self.device)).logits.squeeze(-1)
             scores = scores_from_head(self.metadata.loss, head).cpu()
             for row, index in enumerate(indices):
                 chain = batch[row]
