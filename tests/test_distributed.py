@@ -46,3 +46,52 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
     single_summary = json.loads((tmp_path / "runs" / "single" / "summary.json").read_text())
     assert ddp_summary["trained_tokens"] == single_summary["trained_tokens"]
     assert ddp.stdout.count("tokens/s (real tokens)") == 1
+
+
+def torchrun_score(*args):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "prmkit",
+                           "score", *map(str, args), "--device", "cpu"], capture_output=True, text=True, timeout=600)
+
+
+def chain_scores(row):
+    return row["step_scores"] if "candidates" in row else [row["step_scores"]]
+
+
+def test_score_under_torchrun_shards_rows_and_writes_one_ordered_file(tmp_path, tiny_llama, tmp_path_factory):
+    from test_score import shared_run
+
+    from prmkit.cli import main
+
+    run = shared_run(tiny_llama, tmp_path_factory)
+    rows = generate_records(9, seed=21)
+    rows.insert(4, {"prompt": "What is 3 + 3?", "candidates": [["3 + 3 = 6."], "3 + 3 = 7.\n\nSo 7."], "id": "bon"})
+    rows.append({"prompt": "What is 2 + 2?", "completion": "2 + 2 = 4.\n\nThe answer is 4."})
+    write_jsonl(rows, tmp_path / "in.jsonl")
+    # chunks of 2 rows, 9 of the 11 rows: rank 0 gets chunks 0, 2, 4 (the last one cut to 1 row), rank 1 chunks 1, 3
+    ddp = torchrun_score(run, tmp_path / "in.jsonl", tmp_path / "ddp.jsonl", "--chunk-rows", "2", "--limit", "9")
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert main(["score", str(run), str(tmp_path / "in.jsonl"), str(tmp_path / "one.jsonl"), "--device", "cpu",
+                 "--limit", "9"]) == 0
+    sharded = [json.loads(line) for line in (tmp_path / "ddp.jsonl").read_text().splitlines()]
+    single = [json.loads(line) for line in (tmp_path / "one.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in sharded] == [r["prompt"] for r in rows[:9]]
+    assert sharded[4]["id"] == "bon" and sharded[4]["best"] == single[4]["best"]
+    for a, b in zip(sharded, single):
+        assert a.keys() == b.keys()
+        for x, y in zip(chain_scores(a), chain_scores(b), strict=True):
+            assert x == pytest.approx(y, abs=1e-5)
+    assert ddp.stdout.count("9 rows") == 1 and "by 2 processes" in ddp.stdout  # global counts, printed once
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_bad_row_on_one_rank_stops_every_rank_and_writes_nothing(tmp_path, tiny_llama, tmp_path_factory):
+    from test_score import shared_run
+
+    run = shared_run(tiny_llama, tmp_path_factory)
+    rows = generate_records(6, seed=2)
+    rows[3] = {"question": "no prompt here"}  # row 4, in chunk 1: rank 1's
+    write_jsonl(rows, tmp_path / "in.jsonl")
+    ddp = torchrun_score(run, tmp_path / "in.jsonl", tmp_path / "out.jsonl", "--chunk-rows", "2")
+    assert ddp.returncode != 0
+    assert "in.jsonl: row 4: no 'prompt'" in ddp.stderr and "rank(s) 1 stopped" in ddp.stderr
+    assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob(".*.tmp"))

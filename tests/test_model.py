@@ -1,6 +1,8 @@
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from prmkit.errors import PRMError
 from prmkit.model import add_separator_token, apply_lora, head_name, load_token_classifier, load_tokenizer, parameter_counts
 
 
@@ -71,3 +73,18 @@ def test_top_layers_adapts_only_the_last_layers(tiny_llama):
                if p.requires_grad and "lora_" in n}
     assert adapted == {"1"}  # tiny model has layers 0 and 1; only the last one carries adapters
     assert parameter_counts(peft_model)[0] == expected
+
+
+def test_num_layers_keeps_the_first_layers_with_their_weights(tiny_llama):
+    full = load_token_classifier(str(tiny_llama))
+    cut = load_token_classifier(str(tiny_llama), num_layers=1)
+    assert cut.config.num_hidden_layers == 1 and len(cut.model.layers) == 1
+    for name, tensor in cut.model.layers[0].state_dict().items():
+        assert torch.equal(tensor, full.model.layers[0].state_dict()[name]), name
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():  # the head reads the final norm of layer 0's output, not of the last layer's
+        a = cut.model(ids).last_hidden_state
+        b = full.model.norm(full.model(ids, output_hidden_states=True).hidden_states[1])
+    assert torch.allclose(a, b, atol=1e-6)
+    with pytest.raises(PRMError, match="model.num_layers=3 but .* has 2 layers"):
+        load_token_classifier(str(tiny_llama), num_layers=3)

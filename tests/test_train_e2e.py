@@ -170,3 +170,16 @@ def test_group_by_length_cuts_padding(tiny_llama, tmp_path):
         shares[grouped] = summary.padding_share
     assert shares[False] > 0.2
     assert shares[True] < shares[False] / 2
+
+
+def test_a_backbone_cut_to_its_first_layers_trains_reloads_and_exports(tiny_llama, data, tmp_path):
+    train(make_config(tiny_llama, data, tmp_path, "model.num_layers=1", "training.max_steps=2"))
+    run = tmp_path / "run"
+    assert json.loads((run / "prmkit.json").read_text())["num_layers"] == 1
+    scorer = PRMScorer.from_pretrained(run, device="cpu", merge_adapter=False)
+    assert len(scorer.model.base_model.model.model.layers) == 1  # the LoRA base is cut again on load
+    chain = ("Tom has 3 bags of 4 apples. How many apples?", ["3 * 4 = 12.", "He has 12 apples."])
+    out = export_merged(run, tmp_path / "merged")
+    plain = AutoModelForTokenClassification.from_pretrained(out)
+    assert plain.config.num_hidden_layers == 1 and len(plain.model.layers) == 1
+    assert PRMScorer.from_pretrained(out, device="cpu").score(*chain) == pytest.approx(scorer.score(*chain), abs=1e-5)

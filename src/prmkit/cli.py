@@ -51,7 +51,7 @@ def cmd_demo(args) -> int:
     _quiet_transformers()
     run_demo(DemoOptions(out=Path(args.out), base=args.base, rows=args.rows, val_rows=args.val_rows, steps=args.steps,
                          batch_size=args.batch_size, top_layers=args.top_layers or None, seed=args.seed,
-                         after_error=args.after_error, lr=args.lr,
+                         after_error=args.after_error, lr=args.lr, num_layers=args.num_layers or None,
                          overwrite=args.overwrite))
     return 0
 
@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=int, default=defaults.batch_size, help="default: %(default)s")
     demo.add_argument("--top-layers", type=int, default=defaults.top_layers,
                       help="LoRA on the last N layers only; 0 = every layer (default: %(default)s)")
+    demo.add_argument("--num-layers", type=int, default=defaults.num_layers,
+                      help="keep the backbone's first N layers; 0 = all (default: %(default)s)")
     demo.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default: %(default)s)")
     demo.add_argument("--after-error", default=defaults.after_error, choices=["negative", "unlabelled"],
                       help="labels of steps after the first error (default: %(default)s)")

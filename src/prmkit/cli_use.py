@@ -56,17 +56,25 @@ def _model_options(parser) -> None:
 
 
 def cmd_score(args) -> int:
+    from prmkit.distributed import default_device, join_process_group, launch_from_env, leave_process_group
     from prmkit.score import PRMScorer
     from prmkit.score_file import score_file
 
     separator = _regex(args.split_regex) if args.split_regex else None
     _quiet()
-    scorer = PRMScorer.from_pretrained(args.run, device=args.device, dtype=args.dtype, batch_size=args.batch_size,
-                                       max_length=args.max_length)
-    result = score_file(scorer, args.input, args.output, how=args.aggregate, separator=separator,
-                        chunk_rows=args.chunk_rows, limit=args.limit, progress=sys.stderr.isatty())
-    print(f"{result['rows']} rows ({result['chains']} chains, {result['steps']} steps) scored in "
-          f"{result['seconds']:.1f} s on {scorer.device} -> {result['output']}")
+    launch = launch_from_env()  # under torchrun: this rank scores every world_size-th chunk of rows
+    scorer = PRMScorer.from_pretrained(args.run, device=args.device or default_device(launch), dtype=args.dtype,
+                                       batch_size=args.batch_size, max_length=args.max_length)
+    join_process_group(launch, scorer.device)
+    try:
+        result = score_file(scorer, args.input, args.output, how=args.aggregate, separator=separator,
+                            chunk_rows=args.chunk_rows, limit=args.limit, progress=sys.stderr.isatty(), launch=launch)
+    finally:
+        leave_process_group()
+    if launch.is_main:
+        ranks = f" by {launch.world_size} processes" if launch.distributed else ""
+        print(f"{result['rows']} rows ({result['chains']} chains, {result['steps']} steps) scored{ranks} in "
+              f"{result['seconds']:.1f} s on {scorer.device.type} -> {result['output']}")
     return 0
 
 

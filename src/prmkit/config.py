@@ -29,6 +29,8 @@ class ModelConfig(Section):
     finetune: Literal["lora", "full"] = "lora"
     add_separator_token: bool = Field(False, description="Add data.separator to the vocabulary as one new token")
     attn_implementation: str | None = Field(None, description="e.g. sdpa, eager, flash_attention_2")
+    num_layers: int | None = Field(None, gt=0, description="Keep only the first N transformer layers; the head reads "
+                                   "layer N (none: all layers)")
 
 
 class DataConfig(Section):

@@ -32,6 +32,7 @@ class DemoOptions:
     batch_size: int = 8
     lr: float = 1e-3
     top_layers: int | None = 8
+    num_layers: int | None = None
     seed: int = 0
     after_error: str = "negative"
     overwrite: bool = False
@@ -106,15 +107,17 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         "training.logging_steps=5", f"training.save_steps={max(options.steps // 2, 1)}",
         f"training.seed={options.seed}", "loss.type=bce",
         *([f"lora.top_layers={options.top_layers}"] if options.top_layers else []),
+        *([f"model.num_layers={options.num_layers}"] if options.num_layers else []),
     ])
 
     console.rule("[bold]3/5  Held-out chains scored by the untrained head")
     set_seed(options.seed)
     tokenizer = load_tokenizer(base_path)
-    untrained = load_token_classifier(base_path)
+    untrained = load_token_classifier(base_path, num_layers=options.num_layers)
     untrained.config.pad_token_id = tokenizer.pad_token_id
     metadata = PRMMetadata(base_model=options.base, base_path=base_path, finetune="none", loss="bce",
-                           separator=config.data.separator, max_length=config.data.max_length)
+                           separator=config.data.separator, max_length=config.data.max_length,
+                           num_layers=options.num_layers)
     with console.status("scoring ..."):
         before, _ = evaluate_held_out(PRMScorer(untrained, tokenizer, metadata, device="cpu"), held_out)
     del untrained

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import sys
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class PRMMetadata:
     neutral_label: str = "positive"
     train_on_last_step_only: bool = False
     added_tokens: list[str] = field(default_factory=list)
+    num_layers: int | None = None  # the backbone was cut to its first N layers (model.num_layers)
     format_version: int = 1
 
     def save(self, folder: str | Path) -> None:
@@ -117,9 +119,10 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 
 def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None,
-                          allow_pickle: bool = False):
+                          allow_pickle: bool = False, num_layers: int | None = None):
     """A `*ForTokenClassification` model with one label, fp32 weights (master weights stay fp32 under autocast).
-    Weights come from safetensors files only, unless `allow_pickle` (see `refuse_pickle_weights`)."""
+    Weights come from safetensors files only, unless `allow_pickle` (see `refuse_pickle_weights`). `num_layers`
+    keeps only the first N transformer layers (see `truncate_config`)."""
     refuse_pickle_weights(path, allow_pickle)
     warn_remote_code(path, trust_remote_code)
     kwargs = {"dtype": torch.float32, "trust_remote_code": trust_remote_code}
@@ -129,9 +132,14 @@ def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_im
         config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=trust_remote_code)
         # No dropout in front of the head: the target is a regression/probability, and scores stay deterministic.
         config.classifier_dropout = 0.0
+        if num_layers:
+            truncate_config(config, num_layers, path)
         # None lets transformers fall back to a pickle file, which it reads with torch.load(weights_only=True)
-        return AutoModelForTokenClassification.from_pretrained(path, config=config,
-                                                               use_safetensors=None if allow_pickle else True, **kwargs)
+        with _quiet_unused_layer_weights(bool(num_layers)):
+            return AutoModelForTokenClassification.from_pretrained(
+                path, config=config, use_safetensors=None if allow_pickle else True, **kwargs)
+    except PRMError:
+        raise
     except ValueError as err:
         if "Unrecognized configuration class" in str(err):
             raise PRMError(f"{path}: this architecture has no ForTokenClassification class in transformers; "
@@ -144,6 +152,43 @@ def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_im
         hint = ("; prmkit loads safetensors weights only: convert the weights, or set model.allow_pickle=true if you "
                 "trust the source" if not allow_pickle and "safetensors" in str(err) else "")
         raise PRMError(f"cannot load model {path}: {err}{hint}") from None
+
+
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def truncate_config(config, keep: int, path: str) -> None:
+    """Make `config` describe only the first `keep` transformer layers, so from_pretrained builds and fills just those
+    (the final norm is kept and the head reads it). What a step's correctness needs is often clearest in a middle
+    layer of a small backbone, and every layer cut is compute saved in training and scoring."""
+    key = next((k for k in LAYER_COUNT_KEYS if isinstance(getattr(config, k, None), int)), None)
+    if key is None:
+        raise PRMError(f"{path}: cannot tell how many layers this model has; remove model.num_layers")
+    total = getattr(config, key)
+    if keep > total:
+        raise PRMError(f"model.num_layers={keep} but {path} has {total} layers; use at most {total}")
+    setattr(config, key, keep)
+    # Per-layer lists (attention kinds, sliding windows) must stay as long as the layer count.
+    for name in ("layer_types", "sliding_window_pattern_list"):
+        value = getattr(config, name, None)
+        if isinstance(value, list) and len(value) == total:
+            setattr(config, name, value[:keep])
+
+
+@contextmanager
+def _quiet_unused_layer_weights(active: bool):
+    """The cut layers' weights are left unread on purpose; transformers would report each one as unexpected."""
+    if not active:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def head_name(model) -> str:
@@ -169,7 +214,7 @@ def add_separator_token(model, tokenizer, separator: str) -> list[str]:
 
 def num_layers(model) -> int:
     config = model.config
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+    for key in LAYER_COUNT_KEYS:
         if isinstance(getattr(config, key, None), int):
             return getattr(config, key)
     raise PRMError(f"cannot tell how many layers {type(model).__name__} has; remove lora.top_layers")
@@ -225,7 +270,7 @@ def load_prm(folder: str | Path, *, trust_remote_code: bool = False, allow_pickl
         # peft reads adapter_model.safetensors when present, else falls back to a pickled adapter_model.bin
         refuse_pickle_weights(folder, allow_pickle)
         base = load_token_classifier(metadata.base_path, trust_remote_code=trust_remote_code,
-                                     allow_pickle=allow_pickle)
+                                     allow_pickle=allow_pickle, num_layers=metadata.num_layers)
         if base.get_input_embeddings().weight.shape[0] != len(tokenizer):
             base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         model = PeftModel.from_pretrained(base, str(folder))

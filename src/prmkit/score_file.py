@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
+from prmkit.distributed import Launch, all_ranks_ok, gather_from_ranks
 from prmkit.errors import PRMError
 from prmkit.score import PRMScorer, Separator, aggregate, prompt_text, rank_candidates
 
@@ -162,8 +162,13 @@ def _jsonl_chunks(path: Path, chunk_rows: int) -> Iterator[tuple[int, list, int]
 
 def score_file(scorer: PRMScorer, in_path: str | Path, out_path: str | Path, *, how: str = "min",
                separator: Separator = None, chunk_rows: int = CHUNK_ROWS, limit: int | None = None,
-               progress: bool = True) -> dict:
-    """Score `in_path` row by row into the JSONL file `out_path`; returns counts and timing."""
+               progress: bool = True, launch: Launch | None = None) -> dict:
+    """Score `in_path` row by row into the JSONL file `out_path`; returns counts and timing.
+
+    Under torchrun (`launch` with several ranks) chunk k goes to rank k mod world size; each rank writes its rows
+    to a part file beside the output, and rank 0 interleaves the parts back into input order. Counts are summed
+    over ranks. If any rank fails, every rank stops and no output file appears."""
+    launch = launch or Launch()
     aggregate([1.0], how)  # reject an unknown aggregation before any work
     target = Path(out_path)
     if target.suffix.lower() not in (".jsonl", ".ndjson"):
@@ -171,32 +176,89 @@ def score_file(scorer: PRMScorer, in_path: str | Path, out_path: str | Path, *, 
     if target.exists() and Path(in_path).exists() and target.resolve() == Path(in_path).resolve():
         raise PRMError(f"{target}: output would overwrite the input; give another output path")
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",
-                                         suffix=".tmp", delete=False)
+    part = _part_path(target, launch)
     counts = {"rows": 0, "chains": 0, "steps": 0}
+    chunk_sizes: list[int] = []  # rows of each chunk this rank scored, in order
+    rows_read = 0
     started = time.perf_counter()
     try:
-        with handle, _progress(progress, progress_total(in_path), Path(in_path).name) as advance:
-            for first, rows, units in iter_row_chunks(in_path, chunk_rows):
+        with part.open("w", encoding="utf-8") as handle, \
+                _progress(progress and launch.is_main, progress_total(in_path), Path(in_path).name) as advance:
+            for index, (first, rows, units) in enumerate(iter_row_chunks(in_path, chunk_rows)):
                 if limit is not None:
-                    rows = rows[:max(limit - counts["rows"], 0)]
-                for row in score_rows(scorer, rows, how=how, separator=separator, source=str(in_path),
-                                      first_row=first):
-                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    chains = row["step_scores"] if "candidates" in row else [row["step_scores"]]
-                    counts["chains"] += len(chains)
-                    counts["steps"] += sum(len(c) for c in chains)
-                counts["rows"] += len(rows)
-                advance(units, counts["rows"])
-                if limit is not None and counts["rows"] >= limit:
+                    rows = rows[:max(limit - rows_read, 0)]
+                rows_read += len(rows)
+                if index % launch.world_size == launch.rank:
+                    _write_scored(handle, scorer, rows, counts, how=how, separator=separator, source=str(in_path),
+                                  first_row=first)
+                    chunk_sizes.append(len(rows))
+                advance(units, rows_read)
+                if limit is not None and rows_read >= limit:
                     break
-        os.replace(handle.name, target)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
+    except Exception:
+        part.unlink(missing_ok=True)
+        all_ranks_ok(launch, False)  # the peers learn of it at their own check below
         raise
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    failed = all_ranks_ok(launch, True)
+    if failed:
+        part.unlink(missing_ok=True)
+        raise PRMError(f"rank(s) {', '.join(map(str, failed))} stopped with an error (printed above); "
+                       f"{target} was not written")
+    if launch.distributed:
+        shares = gather_from_ranks(launch, (counts, chunk_sizes))
+        counts = {key: sum(c[key] for c, _ in shares) for key in counts}
+        if launch.is_main:
+            _merge_parts(target, [_part_path(target, replace(launch, rank=r)) for r in range(launch.world_size)],
+                         [sizes for _, sizes in shares])
+    else:
+        os.replace(part, target)
     seconds = time.perf_counter() - started
     rate = round(counts["rows"] / seconds, 2) if seconds else None
-    return {**counts, "seconds": round(seconds, 2), "rows_per_s": rate, "output": str(target)}
+    return {**counts, "seconds": round(seconds, 2), "rows_per_s": rate, "output": str(target),
+            "ranks": launch.world_size}
+
+
+def _write_scored(handle, scorer: PRMScorer, rows: list, counts: dict, **kwargs) -> None:
+    for row in score_rows(scorer, rows, **kwargs):
+        handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        chains = row["step_scores"] if "candidates" in row else [row["step_scores"]]
+        counts["chains"] += len(chains)
+        counts["steps"] += sum(len(c) for c in chains)
+    counts["rows"] += len(rows)
+
+
+def _part_path(target: Path, launch: Launch) -> Path:
+    """Where a rank writes before the rename (one process) or the merge (several): hidden, beside the output."""
+    if launch.distributed:
+        return target.parent / f".{target.name}.rank{launch.rank}-of-{launch.world_size}.tmp"
+    return target.parent / f".{target.name}.{os.getpid()}.tmp"
+
+
+def _merge_parts(target: Path, parts: list[Path], chunk_sizes: list[list[int]]) -> None:
+    """Chunk k of the input is the next chunk of part k mod len(parts): read them back in that order."""
+    missing = [str(p) for p in parts if not p.is_file()]
+    if missing:
+        raise PRMError(f"cannot merge the ranks' outputs: {', '.join(missing)} not found; with several machines the "
+                       f"output folder {target.parent} must be on a filesystem they all share")
+    merged = target.parent / f".{target.name}.merged.tmp"
+    handles = [p.open("r", encoding="utf-8") for p in parts]
+    try:
+        with merged.open("w", encoding="utf-8") as out:
+            for k in range(max(len(s) for s in chunk_sizes)):
+                for rank, sizes in enumerate(chunk_sizes):
+                    if k < len(sizes):
+                        for _ in range(sizes[k]):
+                            out.write(handles[rank].readline())
+        os.replace(merged, target)
+    finally:
+        for handle in handles:
+            handle.close()
+        merged.unlink(missing_ok=True)
+        for part in parts:
+            part.unlink(missing_ok=True)
 
 
 class _progress:

@@ -146,7 +146,7 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     tokenizer = load_tokenizer(base_path, config.model.trust_remote_code)
     model = load_token_classifier(base_path, trust_remote_code=config.model.trust_remote_code,
                                   attn_implementation=config.model.attn_implementation,
-                                  allow_pickle=config.model.allow_pickle)
+                                  allow_pickle=config.model.allow_pickle, num_layers=config.model.num_layers)
     added = add_separator_token(model, tokenizer, config.data.separator) if config.model.add_separator_token else []
     model.config.pad_token_id = tokenizer.pad_token_id
 
@@ -171,7 +171,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
                            loss=config.loss.type, separator=config.data.separator,
                            max_length=config.data.max_length, label_scheme=reports[0].scheme,
                            neutral_label=config.data.neutral_label,
-                           train_on_last_step_only=config.data.train_on_last_step_only, added_tokens=added)
+                           train_on_last_step_only=config.data.train_on_last_step_only, added_tokens=added,
+                           num_layers=config.model.num_layers)
     trainer = PRMTrainer(
         model=model, args=training_arguments(config, run_dir, bool(val_chains)),
         train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,

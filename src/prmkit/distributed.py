@@ -1,0 +1,76 @@
+"""The few collective operations that scoring needs when launched by torchrun (or `accelerate launch`).
+
+Training leaves all of this to the Trainer; `prmkit score` is plain PyTorch, so it reads the launcher's
+environment (RANK, WORLD_SIZE, LOCAL_RANK) itself and joins the process group only when there is more than one
+process, so a single-process run never touches torch.distributed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def launch_from_env() -> Launch:
+    """This process's place in the launch; one process when no launcher set the variables."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Launch()
+    return Launch(rank=int(os.environ.get("RANK", "0")), world_size=world_size,
+                  local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def default_device(launch: Launch) -> str | None:
+    """Each rank of a multi-GPU launch takes its own GPU; otherwise the usual choice (cuda > mps > cpu)."""
+    if launch.distributed and torch.cuda.is_available():
+        return f"cuda:{launch.local_rank}"
+    return None
+
+
+def join_process_group(launch: Launch, device: torch.device) -> None:
+    if launch.distributed and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # collectives on NCCL run on the current device
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def all_ranks_ok(launch: Launch, ok: bool) -> list[int]:
+    """Ranks that failed, as every rank sees it; a barrier that also tells the others something went wrong,
+    so no rank waits forever on a peer that stopped with an error."""
+    if not launch.distributed:
+        return [] if ok else [launch.rank]
+    flags = [None] * launch.world_size
+    dist.all_gather_object(flags, (launch.rank, ok))
+    return [rank for rank, rank_ok in flags if not rank_ok]
+
+
+def gather_from_ranks(launch: Launch, value) -> list:
+    """Every rank's `value` (any picklable object), in rank order, on every rank."""
+    if not launch.distributed:
+        return [value]
+    gathered = [None] * launch.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def leave_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
