@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from prmkit.backbones import resolve_base  # noqa: E402
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.model import load_tokenizer  # noqa: E402
+from prmkit.packing import PackedStepCollator  # noqa: E402
 from prmkit.tokenize import StepCollator, tokenize_records  # noqa: E402
 
 BASE = "smollm2-135m"
@@ -24,12 +25,13 @@ def backbone_path() -> str:
     return resolve_base(BASE)
 
 
-def fixed_batches(n_batches: int, batch_size: int, seed: int = 0) -> list[dict]:
-    """The same tokenized batches for every variant (prmkit's tokenization and collator)."""
+def fixed_batches(n_batches: int, batch_size: int, seed: int = 0, packed: bool = False) -> list[dict]:
+    """The same tokenized chains in the same batches for every variant (prmkit's tokenization), padded by
+    prmkit's collator or packed into one row without padding (`training.packing`)."""
     tokenizer = load_tokenizer(backbone_path())
     records = generate_records(n_batches * batch_size, seed)
     chains, _ = tokenize_records(tokenizer, records, separator="\n\n", max_length=512)
-    collate = StepCollator(tokenizer.pad_token_id)
+    collate = PackedStepCollator() if packed else StepCollator(tokenizer.pad_token_id)
     rows = [{"input_ids": c.input_ids, "labels": c.labels} for c in chains]
     return [collate(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
 

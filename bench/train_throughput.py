@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("naive_full", "prmkit_full", "prmkit_lora", "prmkit_lora_top8")
+VARIANTS = ("naive_full", "prmkit_full", "prmkit_full_packed", "prmkit_lora", "prmkit_lora_top8",
+            "prmkit_lora_top8_packed")
 
 
 def build(variant: str):
@@ -46,15 +47,15 @@ def build(variant: str):
     model = load_token_classifier(path)
     if variant.startswith("prmkit_lora"):
         model = apply_lora(model, r=16, alpha=32, dropout=0.0, target_modules="all-linear", new_token_ids=[],
-                           top_layers=8 if variant.endswith("top8") else None)
+                           top_layers=8 if "top8" in variant else None)
 
     class Wrapped(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits.squeeze(-1)
+        def forward(self, **batch):
+            return self.model(**batch).logits.squeeze(-1)
 
     return Wrapped()
 
@@ -66,14 +67,14 @@ def run_variant(variant: str, steps: int, batch_size: int) -> dict:
     from prmkit.loss import masked_bce
 
     torch.manual_seed(0)
-    batches = fixed_batches(steps + 1, batch_size)
+    batches = fixed_batches(steps + 1, batch_size, packed=variant.endswith("_packed"))
     model = build(variant).train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
 
     def step(batch):
-        logits = model(batch["input_ids"], batch["attention_mask"])
-        loss = masked_bce(logits, batch["labels"])
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        loss = masked_bce(model(**inputs), batch["labels"])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -83,7 +84,7 @@ def run_variant(variant: str, steps: int, batch_size: int) -> dict:
     start = time.perf_counter()
     for batch in batches[1:]:
         step(batch)
-        tokens += int(batch["attention_mask"].sum())
+        tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
     seconds = time.perf_counter() - start
     non_embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
     return {"variant": variant, "tokens_per_s": tokens / seconds, "peak_rss_mib": peak_rss_mib(),
@@ -121,12 +122,13 @@ def main() -> None:
             "trainable_params": runs[0]["trainable_params"],
             "non_embedding_params": runs[0]["non_embedding_params"],
         }
-    full = summary.get("prmkit_full")
-    if full:
-        # training FLOPs per token ~ 6 x parameters (forward 2N, backward 4N), attention's share ignored
-        achieved = 6 * full["non_embedding_params"] * full["tokens_per_s"] / 1e9
-        full["achieved_gflops"] = achieved
-        full["flop_utilisation"] = achieved / full["sgemm_gflops"]
+    for name in ("prmkit_full", "prmkit_full_packed"):
+        full = summary.get(name)
+        if full:
+            # training FLOPs per token ~ 6 x parameters (forward 2N, backward 4N), attention's share ignored
+            achieved = 6 * full["non_embedding_params"] * full["tokens_per_s"] / 1e9
+            full["achieved_gflops"] = achieved
+            full["flop_utilisation"] = achieved / full["sgemm_gflops"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "runs": results}, indent=2))
     print(json.dumps(summary, indent=2))

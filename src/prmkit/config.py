@@ -73,6 +73,8 @@ class TrainingConfig(Section):
     max_grad_norm: float = Field(1.0, ge=0.0, description="0 disables clipping")
     optimizer: Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop"] = "adamw_torch"
     gradient_checkpointing: bool = False
+    packing: bool = Field(False, description="Padding-free batches: a batch's chains are concatenated into one row "
+                          "and attention stays within each chain; checked against padded batches at the start")
     seed: int = 42
     logging_steps: int = Field(10, gt=0)
     eval_steps: int | None = Field(None, gt=0, description="Evaluate every N steps; default: at each epoch end")

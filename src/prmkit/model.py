@@ -132,6 +132,9 @@ def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_im
         config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=trust_remote_code)
         # No dropout in front of the head: the target is a regression/probability, and scores stay deterministic.
         config.classifier_dropout = 0.0
+        # A PRM never generates: no KV cache to fill, and without one transformers reads restarting position ids
+        # as packed chains (training.packing).
+        config.use_cache = False
         if num_layers:
             truncate_config(config, num_layers, path)
         # None lets transformers fall back to a pickle file, which it reads with torch.load(weights_only=True)

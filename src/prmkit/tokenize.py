@@ -148,3 +148,4 @@ class StepCollator:
         if any("labels" in f for f in features):
             batch["labels"] = labels
         return batch
+

@@ -25,6 +25,7 @@ from prmkit.loss import scores_from_head, step_loss
 from prmkit.metrics import step_metrics
 from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_token_classifier, load_tokenizer,
                           parameter_counts, refuse_pickle_weights, refused_object)
+from prmkit.packing import PackedStepCollator, check_packing_supported
 from prmkit.precision import resolve_precision
 from prmkit.run_folder import check_free_space, checkpoint_to_resume, prepare_run_dir
 from prmkit.summary import RunSummary
@@ -60,8 +61,9 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
-            self.trained_tokens += int(inputs["attention_mask"].sum())
-            self.padded_tokens += inputs["attention_mask"].numel()
+            mask = inputs.get("attention_mask")  # packed batches have none: every token is real
+            self.trained_tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()
+            self.padded_tokens += inputs["input_ids"].numel()
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
 
@@ -163,6 +165,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         model = apply_lora(model, r=config.lora.r, alpha=config.lora.alpha, dropout=config.lora.dropout,
                            target_modules=config.lora.target_modules, new_token_ids=new_ids,
                            top_layers=config.lora.top_layers)
+    if config.training.packing:
+        check_packing_supported(model, train_chains, tokenizer.pad_token_id)
     trainable, total = parameter_counts(model)
     check_free_space(run_dir, saved_params=total if config.model.finetune == "full" else trainable,
                      trainable_params=trainable, checkpoints_kept=config.training.save_total_limit)
@@ -176,7 +180,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     trainer = PRMTrainer(
         model=model, args=training_arguments(config, run_dir, bool(val_chains)),
         train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,
-        data_collator=StepCollator(tokenizer.pad_token_id), processing_class=tokenizer,
+        data_collator=PackedStepCollator() if config.training.packing else StepCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
         metadata=metadata,
