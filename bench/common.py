@@ -31,7 +31,7 @@ def fixed_batches(n_batches: int, batch_size: int, seed: int = 0, packed: bool =
     tokenizer = load_tokenizer(backbone_path())
     records = generate_records(n_batches * batch_size, seed)
     chains, _ = tokenize_records(tokenizer, records, separator="\n\n", max_length=512)
-    collate = PackedStepCollator() if packed else StepCollator(tokenizer.pad_token_id)
+    collate = PackedStepCollator(tokenizer.pad_token_id) if packed else StepCollator(tokenizer.pad_token_id)
     rows = [{"input_ids": c.input_ids, "labels": c.labels} for c in chains]
     return [collate(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
 

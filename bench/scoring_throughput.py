@@ -88,8 +88,9 @@ def main() -> None:
     max_diff = max(abs(a - b) for name in ("batched_one_pass", "unbatched_one_pass")
                    for x, y in zip(outputs[name], reference) for a, b in zip(x, y))
     summary = {name: {"chains_per_s": args.chains / statistics.median(t)} for name, t in times.items()}
-    summary["speedup_vs_per_prefix"] = summary["batched_one_pass"]["chains_per_s"] / summary["per_step_prefix"]["chains_per_s"]
-    summary["speedup_vs_unbatched"] = summary["batched_one_pass"]["chains_per_s"] / summary["unbatched_one_pass"]["chains_per_s"]
+    batched = summary["batched_one_pass"]["chains_per_s"]
+    summary["speedup_vs_per_prefix"] = batched / summary["per_step_prefix"]["chains_per_s"]
+    summary["speedup_vs_unbatched"] = batched / summary["unbatched_one_pass"]["chains_per_s"]
     summary["max_score_difference"] = max_diff
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "seconds": times}, indent=2))

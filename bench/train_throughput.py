@@ -65,6 +65,7 @@ def run_variant(variant: str, steps: int, batch_size: int) -> dict:
 
     from common import fixed_batches, peak_rss_mib, sgemm_gflops
     from prmkit.loss import masked_bce
+    from prmkit.packing import REAL_TOKENS
 
     torch.manual_seed(0)
     batches = fixed_batches(steps + 1, batch_size, packed=variant.endswith("_packed"))
@@ -73,7 +74,7 @@ def run_variant(variant: str, steps: int, batch_size: int) -> dict:
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
 
     def step(batch):
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", REAL_TOKENS)}
         loss = masked_bce(model(**inputs), batch["labels"])
         loss.backward()
         optimizer.step()
@@ -84,7 +85,7 @@ def run_variant(variant: str, steps: int, batch_size: int) -> dict:
     start = time.perf_counter()
     for batch in batches[1:]:
         step(batch)
-        tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
+        tokens += int(batch[REAL_TOKENS]) if REAL_TOKENS in batch else int(batch["attention_mask"].sum())
     seconds = time.perf_counter() - start
     non_embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
     return {"variant": variant, "tokens_per_s": tokens / seconds, "peak_rss_mib": peak_rss_mib(),

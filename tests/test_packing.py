@@ -11,7 +11,7 @@ from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
 from prmkit.loss import step_loss
 from prmkit.model import load_token_classifier, load_tokenizer
-from prmkit.packing import PackedStepCollator, check_packing_supported
+from prmkit.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
 from prmkit.tokenize import StepCollator, tokenize_records
 from prmkit.train import train
 
@@ -22,13 +22,20 @@ def chains_for(model_dir, count=5):
     return tokenizer, [{"input_ids": c.input_ids, "labels": c.labels} for c in chains]
 
 
-def test_packed_collator_concatenates_chains_with_restarting_positions():
-    batch = PackedStepCollator()([{"input_ids": [5, 6, 7], "labels": [-100.0, -100.0, 1.0]},
-                                  {"input_ids": [8, 9], "labels": [-100.0, 0.0]}])
-    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9]]
-    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
-    assert batch["labels"].tolist() == [[-100.0, -100.0, 1.0, -100.0, 0.0]]
-    assert "attention_mask" not in batch
+def test_packed_collator_fills_rows_up_to_the_longest_chain_with_restarting_positions():
+    chains = [{"input_ids": [1, 2], "labels": [-100.0, 1.0]},
+              {"input_ids": [3, 4, 5, 6, 7], "labels": [-100.0, -100.0, 1.0, -100.0, 0.0]},
+              {"input_ids": [8, 9, 10], "labels": [-100.0, -100.0, 1.0]},
+              {"input_ids": [11, 12], "labels": [-100.0, 0.0]}]
+    batch = PackedStepCollator(pad_token_id=0)(chains)
+    # longest first, first fit into rows of 5: [3..7], then [8, 9, 10] + [1, 2], then [11, 12] + 3 padding
+    assert batch["input_ids"].tolist() == [[3, 4, 5, 6, 7], [8, 9, 10, 1, 2], [11, 12, 0, 0, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 0, 1], [0, 1, 0, 1, 2]]
+    assert batch["labels"].tolist() == [[-100.0, -100.0, 1.0, -100.0, 0.0], [-100.0, -100.0, 1.0, -100.0, 1.0],
+                                        [-100.0, 0.0, -100.0, -100.0, -100.0]]
+    assert batch[REAL_TOKENS].item() == 12 and "attention_mask" not in batch
+    one_row = PackedStepCollator(max_row_tokens=100)(chains)
+    assert one_row["input_ids"].shape == (1, 12)
 
 
 @pytest.mark.parametrize("kind", ["tiny_llama", "tiny_gpt2"])
@@ -37,20 +44,23 @@ def test_packed_and_padded_batches_give_the_same_loss_and_gradients(kind, reques
     tokenizer, features = chains_for(model_dir)
     assert len({len(f["input_ids"]) for f in features}) > 1  # uneven lengths, so the padded batch has padding
     results = []
-    for collator in (StepCollator(tokenizer.pad_token_id), PackedStepCollator()):
+    for collator in (StepCollator(tokenizer.pad_token_id), PackedStepCollator(tokenizer.pad_token_id),
+                     PackedStepCollator(tokenizer.pad_token_id, max_row_tokens=10_000)):
         torch.manual_seed(0)  # the same random head for both
         model = load_token_classifier(str(model_dir))
         model.config.pad_token_id = tokenizer.pad_token_id
         batch = collator(features)
         labels = batch.pop("labels")
+        batch.pop(REAL_TOKENS, None)
         loss = step_loss("bce", model(**batch).logits.squeeze(-1), labels)
         loss.backward()
         results.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
-    (padded_loss, padded_grads), (packed_loss, packed_grads) = results
-    assert packed_loss == pytest.approx(padded_loss, rel=1e-5)
-    assert padded_grads.keys() == packed_grads.keys()
-    for name in padded_grads:
-        torch.testing.assert_close(packed_grads[name], padded_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    padded_loss, padded_grads = results[0]
+    for packed_loss, packed_grads in results[1:]:  # rows of the longest chain, and the whole batch in one row
+        assert packed_loss == pytest.approx(padded_loss, rel=1e-5)
+        assert padded_grads.keys() == packed_grads.keys()
+        for name in padded_grads:
+            torch.testing.assert_close(packed_grads[name], padded_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_a_model_that_reads_across_packed_chains_is_refused(tiny_llama):
@@ -64,16 +74,19 @@ def test_a_model_that_reads_across_packed_chains_is_refused(tiny_llama):
 
 
 def test_packed_training_follows_padded_training(tiny_llama, tmp_path):
-    write_jsonl(generate_records(32, seed=6), tmp_path / "train.jsonl")
+    records = generate_records(32, seed=6)
+    for record in records[::2]:  # short and long chains, so some pairs fit in one row
+        record["completions"], record["labels"] = record["completions"][:1], record["labels"][:1]
+    write_jsonl(records, tmp_path / "train.jsonl")
     runs = {}
     for packing in (False, True):
         name = f"packing-{packing}"
         summary = train(load_config(None, [
-            f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}", "data.max_length=256",
+            f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}", "data.max_length=500",
             f"output_dir={tmp_path}", f"run_name={name}", "training.max_steps=4", "training.batch_size=4",
             "training.logging_steps=1", "training.lr=5e-3", "lora.dropout=0.0", f"training.packing={packing}"]))
         state = json.loads((tmp_path / name / "trainer_state.json").read_text())
         runs[packing] = ([e["loss"] for e in state["log_history"] if "loss" in e], summary)
     assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-4)
     assert runs[True][1].trained_tokens == runs[False][1].trained_tokens
-    assert runs[True][1].padding_share == 0 < runs[False][1].padding_share
+    assert runs[True][1].padding_share < runs[False][1].padding_share

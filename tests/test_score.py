@@ -189,3 +189,21 @@ def test_cli_score_bad_row_fails_cleanly(run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad.jsonl: row 2: no 'prompt'" in err
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_max_batch_tokens_bounds_every_forward_pass(run):
+    scorer = PRMScorer.from_pretrained(run, device="cpu", batch_size=8, max_batch_tokens=400)
+    chains = [(r["prompt"], r["completions"]) for r in generate_records(10, seed=12)]
+    shapes = []
+    hook = scorer.model.register_forward_hook(
+        lambda module, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    capped = scorer.score_many(chains)
+    hook.remove()
+    assert all(rows * length <= 400 or rows == 1 for rows, length in shapes), shapes
+    assert len(shapes) > 2 and sum(rows for rows, _ in shapes) == len(chains)  # 10 chains of 8 would be 2 batches
+    scorer.max_batch_tokens = None
+    uncapped = scorer.score_many(chains)
+    for a, b in zip(capped, uncapped):
+        assert a == pytest.approx(b, abs=1e-5)
+    with pytest.raises(PRMError, match="max_batch_tokens=0"):
+        PRMScorer.from_pretrained(run, device="cpu", max_batch_tokens=0)

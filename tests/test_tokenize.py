@@ -12,7 +12,8 @@ def test_layout_positions_and_labels(tokenizer):
     expected = ([tokenizer.bos_token_id] + encode(tokenizer, "What is 3 + 4?") + sep
                 + encode(tokenizer, steps[0]) + sep + encode(tokenizer, steps[1]) + sep)
     assert chain.input_ids == expected
-    first_end = 1 + len(encode(tokenizer, "What is 3 + 4?")) + len(sep) + len(encode(tokenizer, steps[0])) + len(sep) - 1
+    prompt_and_sep = 1 + len(encode(tokenizer, "What is 3 + 4?")) + len(sep)
+    first_end = prompt_and_sep + len(encode(tokenizer, steps[0])) + len(sep) - 1
     assert chain.step_positions == [first_end, len(expected) - 1]
     # every step position ends with the separator, and only step positions carry labels
     for position in chain.step_positions:

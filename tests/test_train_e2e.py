@@ -102,7 +102,8 @@ def test_merged_export_scores_the_same_with_plain_transformers(lora_run, tmp_pat
     ids = [tokenizer.bos_token_id] + tokenizer(prompt + sep, add_special_tokens=False)["input_ids"]
     positions = []
     for step in steps:
-        ids += tokenizer(step, add_special_tokens=False)["input_ids"] + tokenizer(sep, add_special_tokens=False)["input_ids"]
+        step_ids = tokenizer(step, add_special_tokens=False)["input_ids"]
+        ids += step_ids + tokenizer(sep, add_special_tokens=False)["input_ids"]
         positions.append(len(ids) - 1)
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0, :, 0]

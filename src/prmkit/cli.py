@@ -52,6 +52,7 @@ def cmd_demo(args) -> int:
     run_demo(DemoOptions(out=Path(args.out), base=args.base, rows=args.rows, val_rows=args.val_rows, steps=args.steps,
                          batch_size=args.batch_size, top_layers=args.top_layers or None, seed=args.seed,
                          after_error=args.after_error, lr=args.lr, num_layers=args.num_layers or None,
+                         packing=args.packing,
                          overwrite=args.overwrite))
     return 0
 
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="LoRA on the last N layers only; 0 = every layer (default: %(default)s)")
     demo.add_argument("--num-layers", type=int, default=defaults.num_layers,
                       help="keep the backbone's first N layers; 0 = all (default: %(default)s)")
+    demo.add_argument("--packing", action=argparse.BooleanOptionalAction, default=defaults.packing,
+                      help="padding-free batches (default: %(default)s)")
     demo.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default: %(default)s)")
     demo.add_argument("--after-error", default=defaults.after_error, choices=["negative", "unlabelled"],
                       help="labels of steps after the first error (default: %(default)s)")
@@ -127,10 +130,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_transformers() -> None:
-    """Keep transformers' load reports (e.g. 'score.weight newly initialized', which is expected here) off screen."""
+    """Keep loader chatter off screen: transformers' load reports (e.g. 'score.weight newly initialized', which is
+    expected here), its weight-loading bar, and a deprecation notice peft triggers in every run. The Trainer's own
+    progress bar stays."""
+    import warnings
+
     from transformers.utils import logging
 
     logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 if __name__ == "__main__":

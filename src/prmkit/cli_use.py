@@ -47,6 +47,9 @@ def register(commands) -> None:
 
 def _model_options(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="chains per forward pass")
+    parser.add_argument("--max-batch-tokens", type=int,
+                        help="padded tokens per forward pass (chains x longest chain); bounds GPU memory on long "
+                             "chains (default: no bound beyond --batch-size)")
     parser.add_argument("--device", help="cuda, mps or cpu (default: the first available, in that order)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
                         help="weights for inference (auto: bf16/fp16 on GPU, fp32 on CPU)")
@@ -64,7 +67,8 @@ def cmd_score(args) -> int:
     _quiet()
     launch = launch_from_env()  # under torchrun: this rank scores every world_size-th chunk of rows
     scorer = PRMScorer.from_pretrained(args.run, device=args.device or default_device(launch), dtype=args.dtype,
-                                       batch_size=args.batch_size, max_length=args.max_length)
+                                       batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
+                                       max_length=args.max_length)
     join_process_group(launch, scorer.device)
     try:
         result = score_file(scorer, args.input, args.output, how=args.aggregate, separator=separator,
@@ -87,7 +91,8 @@ def cmd_eval(args) -> int:
     _quiet()
     metrics = evaluate(args.run, args.data, threshold=args.threshold, calibrate_on=args.calibrate_on, out=args.out,
                        batch_size=args.batch_size, device=args.device, dtype=args.dtype, limit=args.limit,
-                       max_length=args.max_length, max_report_chains=args.report_chains, progress=console.print)
+                       max_length=args.max_length, max_batch_tokens=args.max_batch_tokens,
+                       max_report_chains=args.report_chains, progress=console.print)
     for table in render_tables(metrics):
         console.print(table)
     written = ["metrics.json"] + [Path(v).name for v in metrics["outputs"].values() if v]
@@ -100,12 +105,9 @@ def _quiet() -> None:
     """Keep loader chatter (transformers' weight-loading bar, its deprecation notices) out of the output."""
     import warnings
 
-    from transformers.utils import logging
-
     from prmkit.cli import _quiet_transformers
 
     _quiet_transformers()
-    logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
 
 

@@ -175,7 +175,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         config = None
     if problems:
         source = f" in {path}" if path else ""
-        raise PRMError(f"{len(problems)} problem(s) with the config{source}:\n" + "\n".join(f"  - {p}" for p in problems))
+        listed = "\n".join(f"  - {p}" for p in problems)
+        raise PRMError(f"{len(problems)} problem(s) with the config{source}:\n{listed}")
     return config
 
 

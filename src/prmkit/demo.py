@@ -33,6 +33,7 @@ class DemoOptions:
     lr: float = 1e-3
     top_layers: int | None = 8
     num_layers: int | None = None
+    packing: bool = False
     seed: int = 0
     after_error: str = "negative"
     overwrite: bool = False
@@ -108,6 +109,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         f"training.seed={options.seed}", "loss.type=bce",
         *([f"lora.top_layers={options.top_layers}"] if options.top_layers else []),
         *([f"model.num_layers={options.num_layers}"] if options.num_layers else []),
+        f"training.packing={options.packing}",
     ])
 
     console.rule("[bold]3/5  Held-out chains scored by the untrained head")

@@ -190,7 +190,8 @@ def choose_threshold(threshold: float | None, calibration: Split | None) -> dict
 def evaluate(run: str | Path, data: list[str | Path], *, threshold: float | None = None,
              calibrate_on: str | Path | None = None, out: str | Path | None = None, batch_size: int = 16,
              device: str | None = None, dtype: str | None = None, limit: int | None = None,
-             max_length: int | None = None, max_report_chains: int = 500, progress=print) -> dict:
+             max_length: int | None = None, max_batch_tokens: int | None = None, max_report_chains: int = 500,
+             progress=print) -> dict:
     """Evaluate a run folder, checkpoint or merged export on data files; writes metrics.json, report.html and
     PNG plots into `out` (default RUN/eval/<data stem>) and returns the metrics."""
     if not data:
@@ -198,7 +199,8 @@ def evaluate(run: str | Path, data: list[str | Path], *, threshold: float | None
     if threshold is not None and calibrate_on is not None:
         raise PRMError("both --threshold and --calibrate-on given; use one: a fixed threshold or one calibrated")
     started = time.perf_counter()
-    scorer = PRMScorer.from_pretrained(run, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length)
+    scorer = PRMScorer.from_pretrained(run, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length,
+                                       max_batch_tokens=max_batch_tokens)
     load_s = time.perf_counter() - started
     splits = []
     for path, name in zip(data, _unique_names(data)):

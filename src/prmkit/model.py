@@ -70,9 +70,9 @@ def refuse_pickle_weights(folder: str | Path, allow_pickle: bool = False) -> Non
                      and not n.startswith("rng_state"))
     explicit = _explicit_weights_file(folder)
     if explicit and not explicit.endswith((".safetensors", ".safetensors.index.json")):
-        raise PRMError(f"{folder}/config.json sets transformers_weights={explicit!r}, a pickle file; loading it can run "
-                       "code hidden in the file. Convert the weights to safetensors, or set model.allow_pickle=true "
-                       "if you trust where the folder came from")
+        raise PRMError(f"{folder}/config.json sets transformers_weights={explicit!r}, a pickle file; loading it "
+                       "can run code hidden in the file. Convert the weights to safetensors, or set "
+                       "model.allow_pickle=true if you trust where the folder came from")
     if pickles and not names & set(SAFE_WEIGHTS):
         raise PRMError(f"{folder} holds its weights only as pickle files ({', '.join(pickles)}); loading a pickle can "
                        "run code hidden in the file. Convert them to safetensors (load them once where you trust "

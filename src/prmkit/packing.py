@@ -8,22 +8,54 @@ from prmkit.errors import PRMError
 from prmkit.tokenize import IGNORE_INDEX, StepCollator
 
 
+REAL_TOKENS = "real_tokens"  # batch key the trainer pops before the forward pass, for an honest tokens/s
+
+
 class PackedStepCollator:
-    """Padding-free batches: the chains of a batch are concatenated into one row of shape (1, total tokens), with
-    position ids restarting at 0 for each chain and no attention mask. transformers reads restarting position ids
-    as packed sequences and keeps attention inside each chain (a block-diagonal mask, or flash-attention's
-    variable-length kernel), so no compute is spent on padding and every chain sees exactly what it would alone."""
+    """Padding-free batches. The chains of a batch are packed, longest first, into rows no longer than the batch's
+    longest chain (first fit), with position ids restarting at 0 for each chain and no attention mask.
+    transformers reads restarting position ids as packed sequences and keeps attention inside each chain (a
+    block-diagonal mask, or flash-attention's variable-length kernel), so every chain sees exactly what it would
+    alone. Rows capped at the longest chain keep attention's cost where padded batches have it (one row of the
+    whole batch would make a dense mask's cost grow with the square of the batch), while the padding left is
+    only the unfilled end of some rows, which forms a segment of its own and carries no label.
+    `max_row_tokens` raises the cap (e.g. one row per batch for flash-attention)."""
+
+    def __init__(self, pad_token_id: int = 0, max_row_tokens: int | None = None):
+        self.pad_token_id = pad_token_id
+        self.max_row_tokens = max_row_tokens
 
     def __call__(self, features: list[dict]) -> dict:
-        import torch
-
-        input_ids = [token for f in features for token in f["input_ids"]]
-        positions = [i for f in features for i in range(len(f["input_ids"]))]
-        batch = {"input_ids": torch.tensor([input_ids], dtype=torch.long),
-                 "position_ids": torch.tensor([positions], dtype=torch.long)}
-        if any("labels" in f for f in features):
-            labels = [x for f in features for x in f.get("labels", [IGNORE_INDEX] * len(f["input_ids"]))]
-            batch["labels"] = torch.tensor([labels], dtype=torch.float32)
+        lengths = [len(f["input_ids"]) for f in features]
+        capacity = max(max(lengths), self.max_row_tokens or 0)
+        rows: list[list[int]] = []
+        fill: list[int] = []
+        for index in sorted(range(len(features)), key=lambda i: -lengths[i]):
+            row = next((r for r, used in enumerate(fill) if used + lengths[index] <= capacity), None)
+            if row is None:
+                rows.append([])
+                fill.append(0)
+                row = len(rows) - 1
+            rows[row].append(index)
+            fill[row] += lengths[index]
+        width = max(fill)
+        has_labels = any("labels" in f for f in features)
+        input_ids, positions, labels = [], [], []
+        for row, used in zip(rows, fill):
+            ids, pos, lab = [], [], []
+            for index in row:
+                ids += features[index]["input_ids"]
+                pos += range(lengths[index])
+                lab += features[index].get("labels", [IGNORE_INDEX] * lengths[index])
+            # The unfilled end restarts its positions too: a segment of its own that no chain attends to.
+            input_ids.append(ids + [self.pad_token_id] * (width - used))
+            positions.append(pos + list(range(width - used)))
+            labels.append(lab + [IGNORE_INDEX] * (width - used))
+        batch = {"input_ids": torch.tensor(input_ids, dtype=torch.long),
+                 "position_ids": torch.tensor(positions, dtype=torch.long),
+                 REAL_TOKENS: torch.tensor(sum(lengths))}
+        if has_labels:
+            batch["labels"] = torch.tensor(labels, dtype=torch.float32)
         return batch
 
 
@@ -39,7 +71,8 @@ def check_packing_supported(model, chains, pad_token_id: int, tolerance: float =
     model.eval()
     try:
         with torch.no_grad():
-            packed = PackedStepCollator()(features)
+            packed = PackedStepCollator(pad_token_id, max_row_tokens=64)(features)  # both chains in one row
+            packed.pop(REAL_TOKENS)
             padded = StepCollator(pad_token_id)(features)
             packed_out = model(**{k: v.to(device) for k, v in packed.items()}).logits[0, :, 0]
             padded_out = model(**{k: v.to(device) for k, v in padded.items()}).logits[..., 0]

@@ -35,7 +35,8 @@ def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
         probe.write_text("ok")
         probe.unlink()
     except OSError as err:
-        raise PRMError(f"cannot write to the run folder {run_dir} ({err.strerror}); choose another output_dir") from None
+        raise PRMError(f"cannot write to the run folder {run_dir} ({err.strerror}); "
+                       "choose another output_dir") from None
     if is_main_process():
         remove_stale_staging(run_dir)
     return run_dir

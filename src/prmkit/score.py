@@ -150,24 +150,30 @@ class PRMScorer:
     it (LoRA adapter or full weights) or a merged export."""
 
     def __init__(self, model, tokenizer, metadata: PRMMetadata, *, device: str | None = None,
-                 dtype: str | torch.dtype | None = None, batch_size: int = 16):
+                 dtype: str | torch.dtype | None = None, batch_size: int = 16, max_batch_tokens: int | None = None):
         if batch_size < 1:
             raise PRMError(f"batch_size={batch_size}; use a positive number of chains per batch")
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise PRMError(f"max_batch_tokens={max_batch_tokens}; use a positive number of tokens, or None")
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.tokenizer = tokenizer
         self.metadata = metadata
         self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, device: str | None = None, dtype: str | torch.dtype | None = None,
-                        batch_size: int = 16, trust_remote_code: bool = False, merge_adapter: bool = True,
+                        batch_size: int = 16, max_batch_tokens: int | None = None, trust_remote_code: bool = False,
+                        allow_pickle: bool = False, merge_adapter: bool = True,
                         max_length: int | None = None) -> "PRMScorer":
         """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
         the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
-        longer chains than the PRM was trained on (the backbone's own context is the hard limit)."""
-        model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code)
+        longer chains than the PRM was trained on (the backbone's own context is the hard limit). `batch_size`
+        caps the chains per forward pass and `max_batch_tokens` the padded tokens (chains x longest chain), so a
+        batch of long chains stays within device memory. `allow_pickle` as in the training config."""
+        model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
         if max_length is not None:
             if max_length < 8:
                 raise PRMError(f"max_length={max_length}; use at least 8 tokens (training used "
@@ -175,7 +181,8 @@ class PRMScorer:
             metadata = replace(metadata, max_length=max_length)
         if merge_adapter and hasattr(model, "merge_and_unload"):
             model = model.merge_and_unload()
-        return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size)
+        return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size,
+                   max_batch_tokens=max_batch_tokens)
 
     def tokenize(self, prompt: str, steps: Sequence[str]) -> TokenizedChain:
         return tokenize_chain(self.tokenizer, prompt, steps, None, separator=self.metadata.separator,
@@ -205,15 +212,10 @@ class PRMScorer:
     def score_many(self, chains: Sequence[tuple[str, Sequence[str]]]) -> list[list[float | None]]:
         """Scores for many (prompt, steps) chains, in input order; batches are formed by length."""
         tokenized = [self.tokenize(prompt, steps) for prompt, steps in chains]
-        order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i].input_ids))
-        results: list[list[float | None]] = [[] for _ in chains]
+        results: list[list[float | None]] = [[None] * chain.steps_dropped for chain in tokenized]
+        scorable = [i for i in range(len(tokenized)) if tokenized[i].step_positions]  # else no step fits
         collate = StepCollator(self.tokenizer.pad_token_id)
-        for start in range(0, len(order), self.batch_size):
-            indices = [i for i in order[start:start + self.batch_size] if tokenized[i].step_positions]
-            for i in order[start:start + self.batch_size]:
-                results[i] = [None] * tokenized[i].steps_dropped  # no step fits: nothing to run
-            if not indices:
-                continue
+        for indices in self._batches(sorted(scorable, key=lambda i: len(tokenized[i].input_ids)), tokenized):
             batch = [tokenized[i] for i in indices]
             inputs = collate([{"input_ids": chain.input_ids} for chain in batch])  # the training collator's padding
             head = self.model(input_ids=inputs["input_ids"].to(self.device),
@@ -223,6 +225,20 @@ class PRMScorer:
                 chain = batch[row]
                 results[index] = scores[row, chain.step_positions].tolist() + [None] * chain.steps_dropped
         return results
+
+    def _batches(self, order: list[int], tokenized: list[TokenizedChain]):
+        """Consecutive runs of the length-sorted chains: at most batch_size chains, and at most max_batch_tokens
+        padded tokens (a chain longer than the budget on its own still gets a batch of one)."""
+        batch: list[int] = []
+        for index in order:
+            length = len(tokenized[index].input_ids)  # the longest so far, as the order is ascending
+            over_budget = self.max_batch_tokens is not None and (len(batch) + 1) * length > self.max_batch_tokens
+            if batch and (len(batch) == self.batch_size or over_budget):
+                yield batch
+                batch = []
+            batch.append(index)
+        if batch:
+            yield batch
 
 
 def _short(value, limit: int = 60) -> str:

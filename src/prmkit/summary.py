@@ -33,14 +33,15 @@ class RunSummary:
 
     @classmethod
     def build(cls, *, config, run_dir: Path, log_history: list[dict], global_step: int, duration_s: float,
-              trained_tokens: int, batch_tokens: int, trainable_params: int, total_params: int, train_stats, val_stats, reports,
-              eval_metrics: dict, resumed_from: str | None) -> "RunSummary":
+              trained_tokens: int, batch_tokens: int, trainable_params: int, total_params: int, train_stats,
+              val_stats, reports, eval_metrics: dict, resumed_from: str | None) -> "RunSummary":
         losses = [entry["loss"] for entry in log_history if "loss" in entry]
         return cls(
             run_dir=str(run_dir), base_model=config.model.base, finetune=config.model.finetune,
             loss=config.loss.type, steps=global_step, duration_s=round(duration_s, 2),
             trained_tokens=trained_tokens,
-            padding_share=round(1 - trained_tokens / batch_tokens, 4) if batch_tokens else 0.0, tokens_per_s=round(trained_tokens / duration_s, 1) if duration_s else 0.0,
+            padding_share=round(1 - trained_tokens / batch_tokens, 4) if batch_tokens else 0.0,
+            tokens_per_s=round(trained_tokens / duration_s, 1) if duration_s else 0.0,
             trainable_params=trainable_params, total_params=total_params,
             initial_loss=losses[0] if losses else None, final_loss=losses[-1] if losses else None,
             train_rows=train_stats.rows - train_stats.rows_dropped,
@@ -65,7 +66,8 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     rows = [
         ("model", f"{summary.base_model} ({summary.finetune}, {summary.loss} loss)"),
         ("trainable parameters", f"{summary.trainable_params:,} of {summary.total_params:,} ({pct:.2f}%)"),
-        ("optimizer steps", str(summary.steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
+        ("optimizer steps",
+         str(summary.steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
         ("loss: first -> last", f"{_fmt(summary.initial_loss)} -> {_fmt(summary.final_loss)}"),
         ("duration", f"{summary.duration_s:.1f} s"),
         ("tokens/s (real tokens)", f"{summary.tokens_per_s:,.0f}"),

@@ -25,7 +25,7 @@ from prmkit.loss import scores_from_head, step_loss
 from prmkit.metrics import step_metrics
 from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_token_classifier, load_tokenizer,
                           parameter_counts, refuse_pickle_weights, refused_object)
-from prmkit.packing import PackedStepCollator, check_packing_supported
+from prmkit.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
 from prmkit.precision import resolve_precision
 from prmkit.run_folder import check_free_space, checkpoint_to_resume, prepare_run_dir
 from prmkit.summary import RunSummary
@@ -60,9 +60,10 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
         self.metadata.save(folder)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        real_tokens = inputs.pop(REAL_TOKENS, None)  # packed batches say how many tokens are real
         if model.training:
-            mask = inputs.get("attention_mask")  # packed batches have none: every token is real
-            self.trained_tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()
+            mask = inputs.get("attention_mask")
+            self.trained_tokens += int(real_tokens) if real_tokens is not None else int(mask.sum())
             self.padded_tokens += inputs["input_ids"].numel()
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
@@ -180,7 +181,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     trainer = PRMTrainer(
         model=model, args=training_arguments(config, run_dir, bool(val_chains)),
         train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,
-        data_collator=PackedStepCollator() if config.training.packing else StepCollator(tokenizer.pad_token_id),
+        data_collator=(PackedStepCollator(tokenizer.pad_token_id) if config.training.packing
+                       else StepCollator(tokenizer.pad_token_id)),
         processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
@@ -206,7 +208,8 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         torch.tensor([trainer.trained_tokens, trainer.padded_tokens], device=trainer.args.device), "sum"))
     summary = RunSummary.build(
         config=config, run_dir=run_dir, log_history=trainer.state.log_history, global_step=result.global_step,
-        duration_s=duration, trained_tokens=trained_tokens, batch_tokens=batch_tokens, trainable_params=trainable, total_params=total,
+        duration_s=duration, trained_tokens=trained_tokens, batch_tokens=batch_tokens, trainable_params=trainable,
+        total_params=total,
         train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
         resumed_from=resume_from,
     )
