@@ -207,3 +207,19 @@ def test_max_batch_tokens_bounds_every_forward_pass(run):
         assert a == pytest.approx(b, abs=1e-5)
     with pytest.raises(PRMError, match="max_batch_tokens=0"):
         PRMScorer.from_pretrained(run, device="cpu", max_batch_tokens=0)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_score_file_with_a_progress_bar_counts_every_row(scorer, tmp_path, capsys, suffix):
+    from prmkit.score_file import score_file
+
+    rows = generate_records(5, seed=13)
+    source = tmp_path / f"in{suffix}"
+    if suffix == ".json":
+        source.write_text(json.dumps(rows))
+    else:
+        write_jsonl(rows, source)
+    result = score_file(scorer, source, tmp_path / "out.jsonl", chunk_rows=2, progress=True)
+    assert result["rows"] == 5 and result["ranks"] == 1
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 5
+    assert "5 rows" in capsys.readouterr().err  # the bar's final state names the rows scored

@@ -183,7 +183,7 @@ def score_file(scorer: PRMScorer, in_path: str | Path, out_path: str | Path, *, 
     started = time.perf_counter()
     try:
         with part.open("w", encoding="utf-8") as handle, \
-                _progress(progress and launch.is_main, progress_total(in_path), Path(in_path).name) as advance:
+                _progress(progress and launch.is_main, in_path) as advance:
             for index, (first, rows, units) in enumerate(iter_row_chunks(in_path, chunk_rows)):
                 if limit is not None:
                     rows = rows[:max(limit - rows_read, 0)]
@@ -264,8 +264,8 @@ def _merge_parts(target: Path, parts: list[Path], chunk_sizes: list[list[int]]) 
 class _progress:
     """A rich progress bar on stderr (or nothing), used as `with _progress(...) as advance: advance(units, rows)`."""
 
-    def __init__(self, enabled: bool, total: int, name: str):
-        self.enabled, self.total, self.name = enabled, total, name
+    def __init__(self, enabled: bool, in_path: str | Path):
+        self.enabled, self.in_path = enabled, in_path
         self.bar = None
 
     def __enter__(self):
@@ -277,7 +277,7 @@ class _progress:
         self.bar = Progress(TextColumn("scoring {task.description}"), BarColumn(), TaskProgressColumn(),
                             TextColumn("{task.fields[rows]} rows"), TimeRemainingColumn(),
                             console=Console(stderr=True))
-        task = self.bar.add_task(self.name, total=self.total, rows=0)
+        task = self.bar.add_task(Path(self.in_path).name, total=progress_total(self.in_path), rows=0)
         self.bar.start()
         return lambda units, rows: self.bar.update(task, advance=units, rows=rows)
 
