@@ -73,6 +73,10 @@ class TrainingConfig(Section):
     max_grad_norm: float = Field(1.0, ge=0.0, description="0 disables clipping")
     optimizer: Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop"] = "adamw_torch"
     gradient_checkpointing: bool = False
+    head_init: Literal["random", "probe"] = Field("random", description="probe: fit the head on the frozen "
+                                                  "backbone's step features before training (linear probe, then "
+                                                  "fine-tune)")
+    head_init_rows: int = Field(256, gt=0, description="Training chains the probe is fitted on")
     packing: bool = Field(False, description="Padding-free batches: a batch's chains are concatenated into one row "
                           "and attention stays within each chain; checked against padded batches at the start")
     seed: int = 42

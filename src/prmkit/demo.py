@@ -34,6 +34,7 @@ class DemoOptions:
     top_layers: int | None = 8
     num_layers: int | None = None
     packing: bool = False
+    head_init: str = "random"
     seed: int = 0
     after_error: str = "negative"
     overwrite: bool = False
@@ -109,7 +110,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         f"training.seed={options.seed}", "loss.type=bce",
         *([f"lora.top_layers={options.top_layers}"] if options.top_layers else []),
         *([f"model.num_layers={options.num_layers}"] if options.num_layers else []),
-        f"training.packing={options.packing}",
+        f"training.packing={options.packing}", f"training.head_init={options.head_init}",
     ])
 
     console.rule("[bold]3/5  Held-out chains scored by the untrained head")

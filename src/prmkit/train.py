@@ -21,6 +21,7 @@ from prmkit.checkpointing import AtomicCheckpoints, save_final_model, write_text
 from prmkit.config import Config, config_to_yaml
 from prmkit.data.io import load_records
 from prmkit.errors import PRMError
+from prmkit.head_init import init_head_from_probe
 from prmkit.loss import scores_from_head, step_loss
 from prmkit.metrics import step_metrics
 from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_token_classifier, load_tokenizer,
@@ -161,6 +162,13 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         raise PRMError(f"no training row has a labelled step within data.max_length={config.data.max_length} "
                        f"({train_stats.drop_reasons}); raise data.max_length or check the labels")
 
+    args = training_arguments(config, run_dir, bool(val_chains))
+    if config.training.head_init == "probe" and not resume_from:  # a resumed run has its trained head
+        fitted = init_head_from_probe(model.to(args.device), train_chains, tokenizer.pad_token_id, config.loss.type,
+                                      config.training.head_init_rows)
+        if args.process_index == 0:
+            print(f"prmkit: head fitted as a linear probe on {fitted['steps']} labelled steps of {fitted['chains']} "
+                  "training chains", flush=True)
     if config.model.finetune == "lora":
         new_ids = tokenizer.convert_tokens_to_ids(added) if added else []
         model = apply_lora(model, r=config.lora.r, alpha=config.lora.alpha, dropout=config.lora.dropout,
@@ -179,7 +187,7 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
                            train_on_last_step_only=config.data.train_on_last_step_only, added_tokens=added,
                            num_layers=config.model.num_layers)
     trainer = PRMTrainer(
-        model=model, args=training_arguments(config, run_dir, bool(val_chains)),
+        model=model, args=args,
         train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,
         data_collator=(PackedStepCollator(tokenizer.pad_token_id) if config.training.packing
                        else StepCollator(tokenizer.pad_token_id)),
