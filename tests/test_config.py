@@ -1,6 +1,6 @@
 import pytest
 
-from prmkit.config import load_config, parse_overrides
+from prmkit.config import config_to_yaml, load_config, parse_overrides
 from prmkit.errors import PRMError
 
 
@@ -40,6 +40,16 @@ def test_contradictory_settings_are_rejected():
         load_config(None, ["model.finetune=full", "lora.r=8"])
     with pytest.raises(PRMError, match="epochs and training.max_steps"):
         load_config(None, ["training.epochs=2", "training.max_steps=10"])
+
+
+@pytest.mark.parametrize("overrides", [["training.max_steps=10", "training.head_init=probe"],
+                                       ["model.finetune=full", "training.warmup_steps=5"]])
+def test_a_resolved_config_loads_again_as_it_is(tmp_path, overrides):
+    # RUN/config.yaml and `prmkit config` list every key with its default; resuming reads that file back
+    config = load_config(None, overrides)
+    saved = tmp_path / "config.yaml"
+    saved.write_text(config_to_yaml(config))
+    assert load_config(saved) == config
 
 
 def test_missing_or_malformed_file(tmp_path):

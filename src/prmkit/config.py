@@ -113,13 +113,15 @@ class Config(Section):
         problems = []
         if self.data.val and self.data.val_fraction:
             problems.append("data.val and data.val_fraction are both set; use one source of validation data")
-        if "max_steps" in self.training.model_fields_set and "epochs" in self.training.model_fields_set \
-                and self.training.max_steps > 0:
+        # Value-based, not "was the key written": a resolved config (`prmkit config`, RUN/config.yaml) lists every
+        # key with its default and must load again as it is.
+        if self.training.max_steps > 0 and self.training.epochs != TrainingConfig().epochs:
             problems.append("training.epochs and training.max_steps are both set; set one of them")
         if self.training.warmup_ratio and self.training.warmup_steps:
             problems.append("training.warmup_ratio and training.warmup_steps are both set; set one of them")
-        if self.model.finetune == "full" and self.lora.model_fields_set:
-            keys = ", ".join(f"lora.{k}" for k in sorted(self.lora.model_fields_set))
+        changed = {k for k, v in self.lora.model_dump().items() if v != LoraSettings().model_dump()[k]}
+        if self.model.finetune == "full" and changed:
+            keys = ", ".join(f"lora.{k}" for k in sorted(changed))
             problems.append(f"{keys} set but model.finetune is 'full'; remove them or use model.finetune=lora")
         if problems:
             raise ValueError("; ".join(problems))
