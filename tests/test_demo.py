@@ -9,7 +9,7 @@ from prmkit.data.synthetic import generate_records
 def test_tiny_demo_writes_report_loss_plot_and_results(tmp_path, tiny_llama):
     out = tmp_path / "demo"
     results = run_demo(DemoOptions(out=out, base=str(tiny_llama), rows=24, val_rows=8, steps=3, batch_size=4,
-                                   top_layers=1))
+                                   top_layers=1, num_layers=1))
     for name in ("report.html", "loss.png", "results.json", "data/train.jsonl", "data/held_out.jsonl",
                  "prm/prmkit.json"):
         assert (out / name).is_file(), name
