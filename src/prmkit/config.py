@@ -77,8 +77,9 @@ class TrainingConfig(Section):
                                                   "backbone's step features before training (linear probe, then "
                                                   "fine-tune)")
     head_init_rows: int = Field(256, gt=0, description="Training chains the probe is fitted on")
-    packing: bool = Field(False, description="Padding-free batches: a batch's chains are concatenated into one row "
-                          "and attention stays within each chain; checked against padded batches at the start")
+    packing: bool = Field(False, description="Padding-free batches: a batch's chains are packed into rows up to its "
+                          "longest chain, attention kept within each chain; checked against padded batches at "
+                          "the start")
     seed: int = 42
     logging_steps: int = Field(10, gt=0)
     eval_steps: int | None = Field(None, gt=0, description="Evaluate every N steps; default: at each epoch end")

@@ -55,11 +55,7 @@ def join_process_group(launch: Launch, device: torch.device) -> None:
 def all_ranks_ok(launch: Launch, ok: bool) -> list[int]:
     """Ranks that failed, as every rank sees it; a barrier that also tells the others something went wrong,
     so no rank waits forever on a peer that stopped with an error."""
-    if not launch.distributed:
-        return [] if ok else [launch.rank]
-    flags = [None] * launch.world_size
-    dist.all_gather_object(flags, (launch.rank, ok))
-    return [rank for rank, rank_ok in flags if not rank_ok]
+    return [rank for rank, rank_ok in enumerate(gather_from_ranks(launch, ok)) if not rank_ok]
 
 
 def gather_from_ranks(launch: Launch, value) -> list:

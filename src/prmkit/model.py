@@ -164,7 +164,7 @@ def truncate_config(config, keep: int, path: str) -> None:
     """Make `config` describe only the first `keep` transformer layers, so from_pretrained builds and fills just those
     (the final norm is kept and the head reads it). What a step's correctness needs is often clearest in a middle
     layer of a small backbone, and every layer cut is compute saved in training and scoring."""
-    key = next((k for k in LAYER_COUNT_KEYS if isinstance(getattr(config, k, None), int)), None)
+    key = layer_count_key(config)
     if key is None:
         raise PRMError(f"{path}: cannot tell how many layers this model has; remove model.num_layers")
     total = getattr(config, key)
@@ -215,11 +215,15 @@ def add_separator_token(model, tokenizer, separator: str) -> list[str]:
     return [separator]
 
 
+def layer_count_key(config) -> str | None:
+    """The config field that holds the number of transformer layers (its name differs between architectures)."""
+    return next((key for key in LAYER_COUNT_KEYS if isinstance(getattr(config, key, None), int)), None)
+
+
 def num_layers(model) -> int:
-    config = model.config
-    for key in LAYER_COUNT_KEYS:
-        if isinstance(getattr(config, key, None), int):
-            return getattr(config, key)
+    key = layer_count_key(model.config)
+    if key is not None:
+        return getattr(model.config, key)
     raise PRMError(f"cannot tell how many layers {type(model).__name__} has; remove lora.top_layers")
 
 
