@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from prmkit.backbones import resolve_base  # noqa: E402
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.model import load_tokenizer  # noqa: E402
-from prmkit.packing import PackedStepCollator  # noqa: E402
 from prmkit.tokenize import StepCollator, tokenize_records  # noqa: E402
+from prmkit.training.packing import PackedStepCollator  # noqa: E402
 
 BASE = "smollm2-135m"
 

@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
 from common import backbone_path  # noqa: E402
+
 from prmkit.data.synthetic import generate_splits  # noqa: E402
-from prmkit.metrics import auroc  # noqa: E402
+from prmkit.evaluation.metrics import auroc  # noqa: E402
 from prmkit.model import load_token_classifier, load_tokenizer  # noqa: E402
 from prmkit.tokenize import tokenize_chain  # noqa: E402
 

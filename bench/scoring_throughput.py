@@ -17,11 +17,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-
 from common import backbone_path  # noqa: E402
+
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer  # noqa: E402
-from prmkit.score import PRMScorer  # noqa: E402
+from prmkit.scoring.scorer import PRMScorer  # noqa: E402
 
 
 def eight_step_chains(n: int) -> list[tuple[str, list[str]]]:

@@ -24,9 +24,9 @@ VARIANTS = ("naive_full", "prmkit_full", "prmkit_full_packed", "prmkit_lora", "p
 
 def build(variant: str):
     import torch
+    from common import backbone_path
     from transformers import AutoModelForCausalLM
 
-    from common import backbone_path
     from prmkit.model import apply_lora, load_token_classifier
 
     path = backbone_path()
@@ -62,10 +62,10 @@ def build(variant: str):
 
 def run_variant(variant: str, steps: int, batch_size: int) -> dict:
     import torch
-
     from common import fixed_batches, peak_rss_mib, sgemm_gflops
+
     from prmkit.loss import masked_bce
-    from prmkit.packing import REAL_TOKENS
+    from prmkit.training.packing import REAL_TOKENS
 
     torch.manual_seed(0)
     batches = fixed_batches(steps + 1, batch_size, packed=variant.endswith("_packed"))

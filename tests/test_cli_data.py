@@ -1,7 +1,8 @@
 import json
 
 from prmkit.cli import main
-from prmkit.data.io import load_records, read_rows
+from prmkit.data.io import load_records
+from prmkit.data.rows import read_rows
 
 
 def test_synth_then_stats_then_split(tmp_path, capsys):

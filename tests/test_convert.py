@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from prmkit.data.convert import FORMATS, convert, convert_rows, format_options
-from prmkit.data.io import read_rows
 from prmkit.data.records import validate_records
+from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "formats"

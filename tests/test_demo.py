@@ -2,8 +2,8 @@
 
 import json
 
-from prmkit.demo import DemoOptions, position_baseline, run_demo
 from prmkit.data.synthetic import generate_records
+from prmkit.demo import DemoOptions, position_baseline, run_demo
 
 
 def test_tiny_demo_writes_report_loss_plot_and_results(tmp_path, tiny_llama):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
+from prmkit.files import write_jsonl
 
 
 def write_config(tmp_path, model_dir):

@@ -8,11 +8,11 @@ import pytest
 from test_score import shared_run
 
 from prmkit.cli import main
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
-from prmkit.evaluate import evaluate, evenly_spaced
-from prmkit.processbench import evaluate_threshold
+from prmkit.evaluation.evaluate import evaluate, evenly_spaced
+from prmkit.evaluation.processbench import evaluate_threshold
+from prmkit.files import write_jsonl
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tiny_models import build_tokenizer
 
-from prmkit.data.io import load_records, read_rows
+from prmkit.data.io import load_records
+from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
 from prmkit.tokenize import tokenize_records
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from prmkit.config import load_config
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
-from prmkit.head_init import fit_linear_head
-from prmkit.metrics import auroc
-from prmkit.train import train
+from prmkit.evaluation.metrics import auroc
+from prmkit.files import write_jsonl
+from prmkit.training.head_init import fit_linear_head
+from prmkit.training.trainer import train
 
 
 def badly_scaled_problem(n=600, dim=12, seed=0):

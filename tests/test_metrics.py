@@ -5,11 +5,26 @@ import random
 
 import pytest
 
-from prmkit.metrics import (auroc, best_of_n_metrics, choice_accuracy, expected_calibration_error,
-                            majority_accuracy, precision_recall_f1, random_accuracy, reliability_bins, roc_curve,
-                            step_metrics)
-from prmkit.processbench import (average_f1, calibrate_threshold, evaluate_threshold, first_error_from_labels,
-                                 predict_first_error, processbench_f1)
+from prmkit.evaluation.metrics import (
+    auroc,
+    best_of_n_metrics,
+    choice_accuracy,
+    expected_calibration_error,
+    majority_accuracy,
+    precision_recall_f1,
+    random_accuracy,
+    reliability_bins,
+    roc_curve,
+    step_metrics,
+)
+from prmkit.evaluation.processbench import (
+    average_f1,
+    calibrate_threshold,
+    evaluate_threshold,
+    first_error_from_labels,
+    predict_first_error,
+    processbench_f1,
+)
 
 
 def test_auroc_and_roc_curve():

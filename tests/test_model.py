@@ -3,8 +3,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from prmkit.errors import PRMError
-from prmkit.model import (add_separator_token, apply_lora, head_name, load_token_classifier, load_tokenizer,
-                          parameter_counts)
+from prmkit.model import (
+    add_separator_token,
+    apply_lora,
+    head_name,
+    load_token_classifier,
+    load_tokenizer,
+    parameter_counts,
+)
 
 
 def lora_params_expected(model, r: int, names) -> int:

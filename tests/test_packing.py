@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from prmkit.config import load_config
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
+from prmkit.files import write_jsonl
 from prmkit.loss import step_loss
 from prmkit.model import load_token_classifier, load_tokenizer
-from prmkit.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
 from prmkit.tokenize import StepCollator, tokenize_records
-from prmkit.train import train
+from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
+from prmkit.training.trainer import train
 
 
 def chains_for(model_dir, count=5):

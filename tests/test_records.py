@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from prmkit.data.io import load_records, read_rows
+from prmkit.data.io import load_records
 from prmkit.data.records import detect_scheme, normalise_label, validate_records
+from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
 
 GOOD = {"prompt": "What is 2 + 2?", "completions": ["2 + 2 = 4.", "The answer is 4."], "labels": [True, True]}

@@ -22,14 +22,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer
 
-from prmkit.checkpointing import STAGING_PREFIX, publish_files, publish_folder, remove_stale_staging
 from prmkit.config import load_config
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
+from prmkit.files import write_jsonl
 from prmkit.model import METADATA_FILE, PRMMetadata
-from prmkit.run_folder import check_free_space, checkpoint_to_resume, complete_checkpoints, prepare_run_dir
-from prmkit.train import train
+from prmkit.training.checkpoints import STAGING_PREFIX, publish_files, publish_folder, remove_stale_staging
+from prmkit.training.run_folder import check_free_space, checkpoint_to_resume, complete_checkpoints, prepare_run_dir
+from prmkit.training.trainer import train
 
 MAX_STEPS, SAVE_STEPS = 40, 4
 WEIGHTS = "adapter_model.safetensors"
@@ -259,7 +259,7 @@ Usage = namedtuple("Usage", "total used free")
 
 
 def test_too_little_free_space_stops_the_run_before_training(tiny_llama, train_file, tmp_path, monkeypatch):
-    monkeypatch.setattr("prmkit.run_folder.shutil.disk_usage", lambda path: Usage(10 ** 12, 10 ** 12, 1000))
+    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(10 ** 12, 10 ** 12, 1000))
     with pytest.raises(PRMError, match=r"only 1000 B free .* one checkpoint's weights alone take about"):
         train(load_config(write_config(tmp_path, tiny_llama, train_file)))
     assert not list((tmp_path / "runs" / "run").glob("*checkpoint*"))
@@ -267,10 +267,10 @@ def test_too_little_free_space_stops_the_run_before_training(tiny_llama, train_f
 
 def test_tight_free_space_warns(tmp_path, monkeypatch, capsys):
     weights, checkpoint = 4 * 1000, 12 * 1000
-    monkeypatch.setattr("prmkit.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, weights + 1))
+    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, weights + 1))
     check_free_space(tmp_path, saved_params=1000, trainable_params=1000, checkpoints_kept=3)
     warning = capsys.readouterr().err
     assert "warning" in warning and "training.save_total_limit=3" in warning
-    monkeypatch.setattr("prmkit.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, 4 * checkpoint + weights))
+    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, 4 * checkpoint + weights))
     check_free_space(tmp_path, saved_params=1000, trainable_params=1000, checkpoints_kept=3)
     assert capsys.readouterr().err == ""

@@ -2,7 +2,14 @@
 
 import json
 
-from prmkit.report import log_history, plot_calibration, plot_roc, plot_training_loss, score_colour, write_chain_report
+from prmkit.evaluation.report import (
+    log_history,
+    plot_calibration,
+    plot_roc,
+    plot_training_loss,
+    score_colour,
+    write_chain_report,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

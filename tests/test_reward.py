@@ -4,8 +4,8 @@ import pytest
 from test_score import shared_run
 
 from prmkit.errors import PRMError
-from prmkit.reward import PRMReward
-from prmkit.score import PRMScorer
+from prmkit.scoring.reward import PRMReward
+from prmkit.scoring.scorer import PRMScorer
 
 PROMPT = "Tom has 3 bags of 4 apples. How many apples?"
 GOOD = "3 * 4 = 12.\n\nHe has 12 apples."

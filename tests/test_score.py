@@ -10,13 +10,21 @@ import torch
 
 from prmkit.cli import main
 from prmkit.config import load_config
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
-from prmkit.score import (PRMScorer, aggregate, completion_text, prompt_text, rank_candidates, resolve_device,
-                          resolve_dtype, split_steps)
+from prmkit.files import write_jsonl
+from prmkit.scoring.scorer import (
+    PRMScorer,
+    aggregate,
+    completion_text,
+    prompt_text,
+    rank_candidates,
+    resolve_device,
+    resolve_dtype,
+    split_steps,
+)
 from prmkit.tokenize import tokenize_records
-from prmkit.train import train
+from prmkit.training.trainer import train
 
 _RUNS: dict[str, Path] = {}
 
@@ -211,7 +219,7 @@ def test_max_batch_tokens_bounds_every_forward_pass(run):
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json"])
 def test_score_file_with_a_progress_bar_counts_every_row(scorer, tmp_path, capsys, suffix):
-    from prmkit.score_file import score_file
+    from prmkit.scoring.score_file import score_file
 
     rows = generate_records(5, seed=13)
     source = tmp_path / f"in{suffix}"

@@ -18,11 +18,11 @@ import torch
 
 import prmkit
 from prmkit.config import load_config
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
+from prmkit.files import write_jsonl
 from prmkit.model import PRMMetadata, load_prm, load_token_classifier, load_tokenizer
-from prmkit.train import train
+from prmkit.training.trainer import train
 
 SOURCE = Path(prmkit.__file__).parent
 

@@ -6,8 +6,8 @@ import re
 import pytest
 
 from prmkit.data import synthetic
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import ERROR_KINDS, generate_records, generate_splits
+from prmkit.files import write_jsonl
 
 EXPR = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}

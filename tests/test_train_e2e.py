@@ -9,11 +9,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from prmkit.config import load_config
-from prmkit.data.io import write_jsonl
 from prmkit.data.synthetic import generate_records
-from prmkit.export import export_merged
-from prmkit.score import PRMScorer
-from prmkit.train import train
+from prmkit.files import write_jsonl
+from prmkit.scoring.export import export_merged
+from prmkit.scoring.scorer import PRMScorer
+from prmkit.training.trainer import train
 
 
 @pytest.fixture(scope="module")

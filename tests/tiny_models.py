@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-from transformers import (AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config)
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
 CORPUS = [
     "Tom has 3 apples and buys 12 more, so he has 3 + 12 = 15 apples.",

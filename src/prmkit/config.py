@@ -175,15 +175,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     tree, override_problems = parse_overrides(overrides or [])
     problems += override_problems
     _merge(data, tree)
+    return build_config(data, problems, source=path)
+
+
+def build_config(data: dict, problems: list[str] | None = None, *, source: str | Path | None = None) -> Config:
+    """A Config from nested values (sections as dicts), as code builds one without a YAML file; raise PRMError
+    listing every problem (`problems` found earlier included)."""
+    problems = list(problems or [])
     try:
         config = Config.model_validate(data)
     except ValidationError as err:
         problems += [_describe(e) for e in err.errors()]
         config = None
     if problems:
-        source = f" in {path}" if path else ""
+        where = f" in {source}" if source else ""
         listed = "\n".join(f"  - {p}" for p in problems)
-        raise PRMError(f"{len(problems)} problem(s) with the config{source}:\n{listed}")
+        raise PRMError(f"{len(problems)} problem(s) with the config{where}:\n{listed}")
     return config
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from prmkit.config import load_config
+from prmkit.config import Config, build_config
+from prmkit.display import format_value
 from prmkit.errors import PRMError
-from prmkit.metrics import step_metrics
-from prmkit.processbench import predict_first_error
+from prmkit.evaluation.metrics import step_metrics
+from prmkit.evaluation.processbench import predict_first_error
 
 DEFAULT_BASE = "smollm2-135m"
 
@@ -38,6 +39,20 @@ class DemoOptions:
     seed: int = 0
     after_error: str = "negative"
     overwrite: bool = False
+
+
+def demo_config(options: DemoOptions) -> Config:
+    """The training config of the demo, built as values (a path is never re-read as YAML text)."""
+    return build_config({
+        "output_dir": str(options.out), "run_name": "prm",
+        "model": {"base": options.base, "num_layers": options.num_layers or None},
+        "data": {"train": str(options.out / "data" / "train.jsonl"), "max_length": 320},
+        "lora": {"top_layers": options.top_layers or None},
+        "loss": {"type": "bce"},
+        "training": {"max_steps": options.steps, "batch_size": options.batch_size, "lr": options.lr,
+                     "warmup_steps": 5, "logging_steps": 5, "save_steps": max(options.steps // 2, 1),
+                     "seed": options.seed, "packing": options.packing, "head_init": options.head_init},
+    })
 
 
 def position_baseline(records: list[dict]) -> dict:
@@ -76,13 +91,13 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     from transformers import set_seed
 
     from prmkit.backbones import resolve_base
-    from prmkit.data.io import write_jsonl
     from prmkit.data.synthetic import generate_splits
+    from prmkit.evaluation.report import plot_training_loss, write_chain_report
+    from prmkit.files import write_jsonl
     from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer
-    from prmkit.report import plot_training_loss, write_chain_report
-    from prmkit.score import PRMScorer
-    from prmkit.summary import print_summary
-    from prmkit.train import train
+    from prmkit.scoring.scorer import PRMScorer
+    from prmkit.training.summary import print_summary
+    from prmkit.training.trainer import train
 
     console = console or Console()
     out = options.out
@@ -102,32 +117,21 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     base_path = resolve_base(options.base)
     console.print(f"{options.base} -> {base_path}")
 
-    config = load_config(None, [
-        f"model.base={options.base}", f"data.train={out / 'data' / 'train.jsonl'}", "data.max_length=320",
-        f"output_dir={out}", "run_name=prm", f"training.max_steps={options.steps}",
-        f"training.batch_size={options.batch_size}", f"training.lr={options.lr}", "training.warmup_steps=5",
-        "training.logging_steps=5", f"training.save_steps={max(options.steps // 2, 1)}",
-        f"training.seed={options.seed}", "loss.type=bce",
-        *([f"lora.top_layers={options.top_layers}"] if options.top_layers else []),
-        *([f"model.num_layers={options.num_layers}"] if options.num_layers else []),
-        f"training.packing={options.packing}", f"training.head_init={options.head_init}",
-    ])
+    config = demo_config(options)
 
     console.rule("[bold]3/5  Held-out chains scored by the untrained head")
     set_seed(options.seed)
     tokenizer = load_tokenizer(base_path)
     untrained = load_token_classifier(base_path, num_layers=options.num_layers)
     untrained.config.pad_token_id = tokenizer.pad_token_id
-    metadata = PRMMetadata(base_model=options.base, base_path=base_path, finetune="none", loss="bce",
-                           separator=config.data.separator, max_length=config.data.max_length,
-                           num_layers=options.num_layers)
+    metadata = PRMMetadata.from_config(config, base_path, finetune="none")
     with console.status("scoring ..."):
         before, _ = evaluate_held_out(PRMScorer(untrained, tokenizer, metadata, device="cpu"), held_out)
     del untrained
     console.print(_metrics_line(before))
 
     baseline = position_baseline(held_out)
-    console.print(f"for comparison, step position alone gives a step AUROC of {_fmt(baseline['auroc'])}")
+    console.print(f"for comparison, step position alone gives a step AUROC of {format_value(baseline['auroc'])}")
 
     console.rule(f"[bold]4/5  Training a LoRA PRM for {options.steps} steps")
     summary = train(config, overwrite=True)
@@ -167,18 +171,14 @@ def _before_after_table(before: dict, after: dict, baseline: dict) -> Table:
     table.add_column("trained", justify="right")
     table.add_column("position only", justify="right")
     for name, key in ROWS:
-        table.add_row(name, _fmt(before.get(key)), _fmt(after.get(key)), _fmt(baseline.get(key)))
+        table.add_row(name, format_value(before.get(key)), format_value(after.get(key)), format_value(baseline.get(key)))
     return table
 
 
 def _report_summary(before: dict, after: dict) -> dict:
-    return {f"{name} (untrained -> trained)": f"{_fmt(before.get(key))} -> {_fmt(after.get(key))}"
+    return {f"{name} (untrained -> trained)": f"{format_value(before.get(key))} -> {format_value(after.get(key))}"
             for name, key in ROWS}
 
 
 def _metrics_line(metrics: dict) -> str:
-    return "  ".join(f"{name}: {_fmt(metrics.get(key))}" for name, key in ROWS)
-
-
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return "  ".join(f"{name}: {format_value(metrics.get(key))}" for name, key in ROWS)

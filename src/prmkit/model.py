@@ -46,6 +46,17 @@ class PRMMetadata:
     num_layers: int | None = None  # the backbone was cut to its first N layers (model.num_layers)
     format_version: int = 1
 
+    @classmethod
+    def from_config(cls, config, base_path: str, *, finetune: str | None = None, label_scheme: str = "auto",
+                    added_tokens: list[str] | tuple = ()) -> "PRMMetadata":
+        """What a run of `config` (a prmkit.config.Config) writes beside its weights; `finetune` overrides the
+        config's for a model that was not trained that way (the demo's untrained head)."""
+        return cls(base_model=config.model.base, base_path=base_path, finetune=finetune or config.model.finetune,
+                   loss=config.loss.type, separator=config.data.separator, max_length=config.data.max_length,
+                   label_scheme=label_scheme, neutral_label=config.data.neutral_label,
+                   train_on_last_step_only=config.data.train_on_last_step_only, added_tokens=list(added_tokens),
+                   num_layers=config.model.num_layers)
+
     def save(self, folder: str | Path) -> None:
         Path(folder, METADATA_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
 
@@ -258,6 +269,14 @@ def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules, n
         return get_peft_model(model, lora_config)
     except ValueError as err:
         raise PRMError(f"lora.target_modules={target_modules!r} does not fit this model: {err}") from None
+
+
+def merge_adapter(model):
+    """The model with a LoRA adapter folded into its base weights (same scores, no adapter cost per layer); a model
+    without an adapter is returned as it is."""
+    from peft import PeftModel
+
+    return model.merge_and_unload() if isinstance(model, PeftModel) else model
 
 
 def parameter_counts(model) -> tuple[int, int]:

@@ -24,9 +24,10 @@ from typing import Any, Callable, Sequence
 from prmkit.data.formats_base import ConversionReport, RowContext, check_bool, check_choice
 from prmkit.data.formats_montecarlo import convert_math_aps, convert_math_shepherd
 from prmkit.data.formats_prm800k import convert_prm800k, convert_prm800k_stepwise
-from prmkit.data.io import read_rows, write_jsonl
 from prmkit.data.records import LabelScheme, NeutralPolicy, validate_records
+from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
+from prmkit.files import write_jsonl
 
 AFTER_ERROR = {"unlabelled": None, "negative": 0.0}
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from prmkit.data.formats_base import (HUMAN_VALUES, ConversionReport, RowContext, check_bool, check_choice,
-                                      has_label, neutral_choice)
+from prmkit.data.formats_base import (
+    HUMAN_VALUES,
+    ConversionReport,
+    RowContext,
+    check_bool,
+    check_choice,
+    has_label,
+    neutral_choice,
+)
 from prmkit.data.records import NeutralPolicy, normalise_label
 from prmkit.errors import PRMError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Sequence
 
 from prmkit.errors import PRMError
 
@@ -138,21 +138,23 @@ class RecordInvalid(Exception):
 
 
 def validate_records(rows: list, source: str, *, scheme: LabelScheme = "auto", neutral: NeutralPolicy = "positive",
-                     skip_invalid: bool = False, max_reported: int = 20) -> tuple[list[dict], ValidationReport]:
+                     skip_invalid: bool = False, max_reported: int = 20,
+                     row_numbers: Sequence[int] | None = None) -> tuple[list[dict], ValidationReport]:
     """Validate every row. Without `skip_invalid` any invalid row raises PRMError listing the first problems
-    (all of them counted); with it, invalid rows are dropped and counted in the report."""
+    (all of them counted); with it, invalid rows are dropped and counted in the report. Problems name
+    `row_numbers[i]` for rows[i] (the file's numbering, from `prmkit.data.rows`), else i + 1."""
     resolved = detect_scheme(rows) if scheme == "auto" else scheme
     report = ValidationReport(source=source, rows_read=len(rows), scheme=resolved)
     kept = []
     for index, row in enumerate(rows):
         try:
-            kept.append(validate_record(row, index + 1, resolved, neutral))
+            kept.append(validate_record(row, row_numbers[index] if row_numbers else index + 1, resolved, neutral))
         except RecordInvalid as err:
             report.problems.extend(err.problems)
     report.rows_kept = len(kept)
     if report.problems and not skip_invalid:
         raise PRMError(format_problems(report, max_reported)
-                       + "\nFix these rows, or pass --skip-invalid to drop invalid rows and count them.")
+                       + "\nFix these rows, or set data.skip_invalid=true to drop invalid rows and count them.")
     return kept, report
 
 

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from prmkit.data.io import read_rows
-from prmkit.data.records import (LabelScheme, NeutralPolicy, RecordProblem, ValidationReport, validate_records)
+from prmkit.data.records import LabelScheme, NeutralPolicy, RecordProblem, ValidationReport, validate_records
+from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
 
 LABEL_KINDS = ("positive", "negative", "soft", "unlabelled")

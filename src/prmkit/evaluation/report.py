@@ -13,8 +13,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from prmkit.metrics import reliability_bins, roc_curve
-from prmkit.processbench import first_error_from_labels, predict_first_error
+from prmkit.display import format_value
+from prmkit.evaluation.metrics import reliability_bins, roc_curve
+from prmkit.evaluation.processbench import first_error_from_labels, predict_first_error
+from prmkit.training.checkpoints import complete_checkpoints
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:60rem;color:#1d1d1f;
@@ -57,11 +59,11 @@ def write_chain_report(path, chains: list[dict], *, title: str, threshold: float
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>", f"<h1>{_esc(title)}</h1>"]
     if summary:
-        rows = "".join(f"<tr><td>{_esc(key)}</td><td>{_esc(_fmt(value))}</td></tr>" for key, value in summary.items())
+        rows = "".join(f"<tr><td>{_esc(key)}</td><td>{_esc(format_value(value, '.4g'))}</td></tr>" for key, value in summary.items())
         parts.append(f'<table class="summary">{rows}</table>')
     legend = "step score: 0" + '<span class="ramp"></span>' + "1"
     if threshold is not None:
-        legend += f" &middot; predicted first error = first step scoring below {_esc(_fmt(threshold))}"
+        legend += f" &middot; predicted first error = first step scoring below {_esc(format_value(threshold, '.4g'))}"
     legend += (' &middot; <span class="badge gold">gold first error</span>'
                ' <span class="badge pred">predicted first error</span>')
     parts.append(f'<div class="legend">{legend}</div>')
@@ -89,7 +91,7 @@ def _chain_html(number: int, chain: dict, threshold: float | None) -> str:
     if chain.get("title"):
         head.append(_esc(str(chain["title"])))
     if chain.get("score") is not None:
-        head.append(f"chain score {_esc(_fmt(chain['score']))}")
+        head.append(f"chain score {_esc(format_value(chain['score'], '.4g'))}")
     if gold is not None:
         head.append(f"gold first error: {_step_name(gold)}")
     if predicted is not None:
@@ -107,7 +109,7 @@ def _chain_html(number: int, chain: dict, threshold: float | None) -> str:
             classes.append("unscored")
         meta = f"step {index}: " + ("not scored" if score is None else f"score {score:.3f}")
         if label is not None:
-            meta += f" &middot; label {_esc(_fmt(label))}"
+            meta += f" &middot; label {_esc(format_value(label, '.4g'))}"
         badges = ('<span class="badge gold">gold first error</span>' if index == gold else "") + \
                  ('<span class="badge pred">predicted first error</span>' if index == predicted else "")
         body.append(f'<div class="{" ".join(classes)}" style="background:{score_colour(score)}">'
@@ -118,16 +120,6 @@ def _chain_html(number: int, chain: dict, threshold: float | None) -> str:
 
 def _step_name(index: int) -> str:
     return "none" if index < 0 else f"step {index}"
-
-
-def _fmt(value) -> str:
-    if isinstance(value, bool) or value is None:
-        return "-" if value is None else str(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)
 
 
 def _esc(text) -> str:
@@ -148,8 +140,7 @@ def log_history(run_dir) -> list[dict]:
     folder itself, `log_history` in summary.json, and the newest checkpoint-*/trainer_state.json."""
     folder = Path(run_dir)
     sources = [folder / "trainer_state.json", folder / "summary.json"]
-    checkpoints = sorted((p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                         key=lambda p: int(p.name.split("-")[-1]))
+    checkpoints = complete_checkpoints(folder)
     if checkpoints:
         sources.append(checkpoints[-1] / "trainer_state.json")
     best: list[dict] = []
@@ -196,7 +187,7 @@ def plot_roc(series: dict[str, tuple[Sequence[float], Sequence[float]]], path, *
              title: str = "step ROC curve") -> Path | None:
     """One ROC curve per named (scores, labels) pair; labels binarised at 0.5. None when no series has both
     classes."""
-    from prmkit.metrics import auroc
+    from prmkit.evaluation.metrics import auroc
 
     curves = []
     for name, (scores, labels) in series.items():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from prmkit.cli.common import write_json
 from prmkit.errors import PRMError
 
 
@@ -62,7 +62,7 @@ def cmd_convert(args) -> int:
         options[key] = _option_value(raw)
     report = convert(args.source_format, args.input, args.output, **options)
     print(report.summary())
-    _write_json(args.json_out, report.to_dict())
+    write_json(args.json_out, report.to_dict())
     return 0
 
 
@@ -85,7 +85,7 @@ def cmd_validate(args) -> int:
         Console().print(render_stats(stats))
     bad_rows = len({p.row for p in report.problems})
     print(f"{args.file}: {report.rows_read} rows, {bad_rows} invalid, labels read as {report.scheme}")
-    _write_json(args.json_out, {"rows": report.rows_read, "invalid_rows": bad_rows, "problems": problems,
+    write_json(args.json_out, {"rows": report.rows_read, "invalid_rows": bad_rows, "problems": problems,
                                 "stats": stats})
     return 1 if problems else 0
 
@@ -97,13 +97,14 @@ def cmd_stats(args) -> int:
 
     stats = _stats(args)
     Console().print(render_stats(stats))
-    _write_json(args.json_out, stats)
+    write_json(args.json_out, stats)
     return 0
 
 
 def cmd_split(args) -> int:
-    from prmkit.data.io import load_records, write_jsonl
+    from prmkit.data.io import load_records
     from prmkit.data.stats import split_records
+    from prmkit.files import write_jsonl
 
     records, _ = load_records(args.file)
     train, val = split_records(records, args.val_fraction, args.seed)
@@ -116,8 +117,8 @@ def cmd_split(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from prmkit.data.io import write_jsonl
     from prmkit.data.synthetic import generate_splits
+    from prmkit.files import write_jsonl
 
     train, val = generate_splits(args.rows, args.val_rows, args.seed, correct_fraction=args.correct_fraction,
                                  after_error=args.after_error)
@@ -151,9 +152,3 @@ def _option_value(raw: str):
         return yaml.safe_load(raw)
     except yaml.YAMLError:
         return raw
-
-
-def _write_json(path: str | None, payload: dict) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")

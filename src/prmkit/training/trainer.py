@@ -7,7 +7,6 @@ makes every checkpoint scorable.
 
 from __future__ import annotations
 
-import json
 import pickle
 import time
 from functools import partial
@@ -17,20 +16,29 @@ import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from prmkit.backbones import resolve_base
-from prmkit.checkpointing import AtomicCheckpoints, save_final_model, write_text_atomic
 from prmkit.config import Config, config_to_yaml
 from prmkit.data.io import load_records
+from prmkit.device import resolve_precision
 from prmkit.errors import PRMError
-from prmkit.head_init import init_head_from_probe
+from prmkit.evaluation.metrics import step_metrics
+from prmkit.files import write_json_atomic, write_text_atomic
 from prmkit.loss import scores_from_head, step_loss
-from prmkit.metrics import step_metrics
-from prmkit.model import (PRMMetadata, add_separator_token, apply_lora, load_token_classifier, load_tokenizer,
-                          parameter_counts, refuse_pickle_weights, refused_object)
-from prmkit.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
-from prmkit.precision import resolve_precision
-from prmkit.run_folder import check_free_space, checkpoint_to_resume, prepare_run_dir
-from prmkit.summary import RunSummary
+from prmkit.model import (
+    PRMMetadata,
+    add_separator_token,
+    apply_lora,
+    load_token_classifier,
+    load_tokenizer,
+    parameter_counts,
+    refuse_pickle_weights,
+    refused_object,
+)
 from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
+from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
+from prmkit.training.head_init import init_head_from_probe
+from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
+from prmkit.training.run_folder import check_free_space, prepare_run_dir
+from prmkit.training.summary import RunSummary
 
 
 class ChainDataset(torch.utils.data.Dataset):
@@ -142,7 +150,7 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     # Data problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
     run_dir = prepare_run_dir(config, overwrite=overwrite)
-    resume_from = checkpoint_to_resume(config, run_dir)
+    resume_from = checkpoint_to_resume(config.training.resume, run_dir)
     if resume_from:
         refuse_pickle_weights(resume_from, config.model.allow_pickle)
 
@@ -180,12 +188,7 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
     check_free_space(run_dir, saved_params=total if config.model.finetune == "full" else trainable,
                      trainable_params=trainable, checkpoints_kept=config.training.save_total_limit)
 
-    metadata = PRMMetadata(base_model=config.model.base, base_path=base_path, finetune=config.model.finetune,
-                           loss=config.loss.type, separator=config.data.separator,
-                           max_length=config.data.max_length, label_scheme=reports[0].scheme,
-                           neutral_label=config.data.neutral_label,
-                           train_on_last_step_only=config.data.train_on_last_step_only, added_tokens=added,
-                           num_layers=config.model.num_layers)
+    metadata = PRMMetadata.from_config(config, base_path, label_scheme=reports[0].scheme, added_tokens=added)
     trainer = PRMTrainer(
         model=model, args=args,
         train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,
@@ -222,5 +225,5 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         resumed_from=resume_from,
     )
     if trainer.is_world_process_zero():
-        write_text_atomic(run_dir / "summary.json", json.dumps(summary.as_dict(), indent=2) + "\n")
+        write_json_atomic(run_dir / "summary.json", summary.as_dict())
     return summary

@@ -2,7 +2,7 @@
 
 Step metrics compare step scores with step labels; best-of-N metrics ask how often the chain a PRM picks among
 several candidates for one problem is correct, beside random choice and majority vote. The ProcessBench
-first-error protocol lives in `prmkit.processbench`.
+first-error protocol lives in `prmkit.evaluation.processbench`.
 """
 
 from __future__ import annotations

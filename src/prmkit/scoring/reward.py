@@ -1,6 +1,6 @@
 """A trained PRM as an RL reward: `PRMReward` plugs into TRL's GRPOTrainer as one of `reward_funcs`.
 
-    from prmkit.reward import PRMReward
+    from prmkit import PRMReward
     reward = PRMReward("runs/prm", aggregate="min")
     trainer = GRPOTrainer(model=..., reward_funcs=[reward], ...)
 
@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from prmkit.errors import PRMError
-from prmkit.score import AGGREGATIONS, PRMScorer, Separator, aggregate, completion_text, prompt_text
+from prmkit.scoring.aggregate import AGGREGATIONS, aggregate
+from prmkit.scoring.inputs import Separator, completion_text, prompt_text
+from prmkit.scoring.scorer import PRMScorer
 
 TRUNCATED = ("kept", "floor")
 

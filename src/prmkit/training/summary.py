@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prmkit.display import format_value
+
 
 @dataclass
 class RunSummary:
@@ -68,7 +70,7 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         ("trainable parameters", f"{summary.trainable_params:,} of {summary.total_params:,} ({pct:.2f}%)"),
         ("optimizer steps",
          str(summary.steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
-        ("loss: first -> last", f"{_fmt(summary.initial_loss)} -> {_fmt(summary.final_loss)}"),
+        ("loss: first -> last", f"{format_value(summary.initial_loss, '.4f')} -> {format_value(summary.final_loss, '.4f')}"),
         ("duration", f"{summary.duration_s:.1f} s"),
         ("tokens/s (real tokens)", f"{summary.tokens_per_s:,.0f}"),
         ("padding in batches", f"{100 * summary.padding_share:.1f}%"),
@@ -76,16 +78,8 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         ("dropped by max_length", f"{summary.rows_dropped} rows, {summary.steps_dropped} steps"),
         ("invalid rows skipped", str(summary.rows_skipped_invalid)),
     ]
-    rows += [(f"eval {k}", _fmt(v)) for k, v in summary.eval_metrics.items()]
+    rows += [(f"eval {k}", format_value(v, '.4f')) for k, v in summary.eval_metrics.items()]
     rows.append(("output", summary.run_dir))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)

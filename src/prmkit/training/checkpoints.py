@@ -1,4 +1,6 @@
-"""Checkpoints that are whole or absent: everything is written into a staging folder, then renamed into place.
+"""Checkpoints: written whole or not at all, and found again for resume.
+
+A checkpoint is whole or absent: everything is written into a staging folder, then renamed into place.
 
 A process killed while saving (SIGKILL, OOM killer, pre-emption, a full disk) leaves at most a `.partial-*`
 folder. Neither transformers' checkpoint rotation (it globs `checkpoint-*`) nor prmkit's resume (it matches
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -24,6 +27,7 @@ from prmkit.model import METADATA_FILE
 STAGING_PREFIX = ".partial-"
 REPLACED_PREFIX = STAGING_PREFIX + "replaced-"  # a published folder moved aside while its new version goes in
 TRAINER_STATE = "trainer_state.json"
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
 
 def staging_folder(final: Path) -> Path:
@@ -80,16 +84,6 @@ def publish_files(staging: Path, folder: Path, last: str) -> None:
     staging.rmdir()
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Small files (config.yaml, summary.json): a reader sees the old content or the new one, never half."""
-    temp = staging_folder(path)
-    with open(temp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
-
-
 def save_final_model(trainer, run_dir: Path, tokenizer, metadata) -> None:
     """The finished model into the run folder: written whole into `.partial-final`, then moved in with
     prmkit.json last (see `publish_files`). Every rank calls this: FSDP and DeepSpeed gather weights collectively."""
@@ -108,6 +102,33 @@ def save_final_model(trainer, run_dir: Path, tokenizer, metadata) -> None:
                        "are intact. Free some disk space and run again with training.resume=latest to finish "
                        "from the last checkpoint") from err
     trainer.accelerator.wait_for_everyone()
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Published checkpoints in step order. Staging folders (`.partial-*`) never match the name; trainer_state.json
+    (written last) is still required, for folders written by other tools or by a transformers save that died."""
+    found = []
+    for child in run_dir.iterdir() if run_dir.is_dir() else []:
+        match = CHECKPOINT_PATTERN.match(child.name)
+        if match and (child / TRAINER_STATE).is_file():
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def checkpoint_to_resume(resume: str | None, run_dir: Path) -> str | None:
+    """The checkpoint folder `training.resume` names: the newest complete one for "latest", else the given path."""
+    if not resume:
+        return None
+    if resume == "latest":
+        checkpoints = complete_checkpoints(run_dir)
+        if not checkpoints:
+            raise PRMError(f"training.resume=latest but {run_dir} has no complete checkpoint; "
+                           "start without training.resume")
+        return str(checkpoints[-1])
+    path = Path(resume)
+    if not (path / TRAINER_STATE).is_file():
+        raise PRMError(f"training.resume={resume}: not a complete checkpoint folder (no trainer_state.json)")
+    return str(path)
 
 
 class AtomicCheckpoints:

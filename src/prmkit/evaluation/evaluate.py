@@ -13,20 +13,61 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from prmkit.data.formats_base import guess_format
-from prmkit.data.io import read_rows
 from prmkit.data.records import detect_scheme, normalise_label
+from prmkit.data.rows import Row, RowReader
 from prmkit.errors import PRMError
-from prmkit.metrics import best_of_n_metrics, step_metrics
-from prmkit.processbench import (average_f1, calibrate_threshold, evaluate_threshold, first_error_from_labels,
-                                 predict_first_error)
-from prmkit.score import AGGREGATIONS, PRMScorer, aggregate
-from prmkit.score_file import parse_row
+from prmkit.evaluation.metrics import best_of_n_metrics, step_metrics
+from prmkit.evaluation.options import EvalOptions
+from prmkit.evaluation.processbench import (
+    average_f1,
+    calibrate_threshold,
+    evaluate_threshold,
+    first_error_from_labels,
+    predict_first_error,
+)
+from prmkit.files import write_json_atomic
+from prmkit.scoring.aggregate import AGGREGATIONS, aggregate
+from prmkit.scoring.inputs import parse_row
+from prmkit.scoring.options import ScoringOptions
+from prmkit.scoring.scorer import PRMScorer
 
 DEFAULT_THRESHOLD = 0.5  # a probability midpoint for bce; for mse, the midpoint of the 0/1 step labels
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    source: str  # "default", "--threshold" or "calibrated on FILE"
+    calibration_f1: float | None = None
+
+
+@dataclass
+class EvalResult:
+    """Everything `prmkit eval` measured; `to_dict()` is metrics.json."""
+    run: str
+    device: str
+    dtype: str
+    loss: str
+    max_length: int
+    threshold: Threshold
+    splits: dict[str, dict]  # per split: rows, timing, step metrics, processbench, best_of_n
+    processbench_average_f1: float | None
+    out: Path
+    outputs: dict[str, str | None]  # report, roc, calibration, training_loss -> file written (None: not made)
+    load_seconds: float
+    total_seconds: float
+
+    def to_dict(self) -> dict:
+        threshold = {k: v for k, v in asdict(self.threshold).items() if v is not None}
+        return {"run": self.run, "device": self.device, "dtype": self.dtype, "loss": self.loss,
+                "max_length": self.max_length, "threshold": threshold, "splits": self.splits,
+                "processbench_average_f1": self.processbench_average_f1,
+                "seconds": {"load": self.load_seconds, "total": self.total_seconds}, "out": str(self.out),
+                "outputs": self.outputs}
 
 
 @dataclass
@@ -51,21 +92,15 @@ class Split:
 
 
 def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None, name: str | None = None) -> Split:
-    """Read a data file into chains (`limit` rows evenly spaced); a raw ProcessBench (or other known) layout is
-    converted first."""
+    """Read a data file into chains (`limit` rows evenly spaced, each keeping its row number in the file); a raw
+    ProcessBench (or other known) layout is converted first."""
     path = Path(path)
-    rows = evenly_spaced(read_rows(path), limit)
-    if rows and isinstance(rows[0], dict) and "prompt" not in rows[0]:
-        source_format = guess_format(rows[0])
-        if source_format and source_format != "trl":
-            from prmkit.data.convert import convert_rows
-
-            rows, _ = convert_rows(source_format, rows, str(path))
-    scheme = detect_scheme(rows)
+    numbered = _converted(evenly_spaced(list(RowReader(path)), limit), path)
+    scheme = detect_scheme(row.value for row in numbered)
     chains: list[Chain] = []
-    for number, row in enumerate(rows, start=1):
+    for number, row in ((r.number, r.value) for r in numbered):
         where = f"{path}: row {number}"
-        parsed = parse_row(row, where, scorer)
+        parsed = parse_row(row, where, scorer.metadata.separator)
         if parsed.kind == "candidates":
             chains += _candidate_chains(row, parsed, where, number)
             continue
@@ -78,6 +113,21 @@ def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None,
                             None if correct is None else bool(correct), row.get("answer"), group=parsed.prompt,
                             title=str(row.get("id", f"row {number}"))))
     return Split(name or path.stem, path, chains)
+
+
+def _converted(rows: list[Row], path: Path) -> list[Row]:
+    """Rows in a known raw layout (ProcessBench's problem/steps/label) become records. A conversion that keeps one
+    record per row keeps the row numbers; one that merges rows numbers the records in order."""
+    first = rows[0].value if rows else None
+    source_format = guess_format(first) if isinstance(first, dict) and "prompt" not in first else None
+    if not source_format or source_format == "trl":
+        return rows
+    from prmkit.data.convert import convert_rows
+
+    records, _ = convert_rows(source_format, [row.value for row in rows], str(path))
+    if len(records) == len(rows):
+        return [Row(row.number, record) for row, record in zip(rows, records)]
+    return [Row(index + 1, record) for index, record in enumerate(records)]
 
 
 def evenly_spaced(rows: list, limit: int | None) -> list:
@@ -173,67 +223,60 @@ def split_metrics(split: Split, threshold: float) -> dict:
     return result
 
 
-def choose_threshold(threshold: float | None, calibration: Split | None) -> dict:
+def choose_threshold(threshold: float | None, calibration: Split | None) -> Threshold:
     if calibration is not None:
         chains = first_error_chains(calibration)
         if not chains:
             raise PRMError(f"--calibrate-on {calibration.path}: no row has 'first_error' or step labels; "
                            "calibrate on ProcessBench-style data")
         found = calibrate_threshold([c.scores for c in chains], [c.first_error for c in chains])
-        return {"value": found["threshold"], "source": f"calibrated on {calibration.path}", "calibration_f1":
-                found["f1"]}
+        return Threshold(found["threshold"], f"calibrated on {calibration.path}", found["f1"])
     if threshold is not None:
-        return {"value": float(threshold), "source": "--threshold"}
-    return {"value": DEFAULT_THRESHOLD, "source": "default"}
+        return Threshold(float(threshold), "--threshold")
+    return Threshold(DEFAULT_THRESHOLD, "default")
 
 
-def evaluate(run: str | Path, data: list[str | Path], *, threshold: float | None = None,
-             calibrate_on: str | Path | None = None, out: str | Path | None = None, batch_size: int = 16,
-             device: str | None = None, dtype: str | None = None, limit: int | None = None,
-             max_length: int | None = None, max_batch_tokens: int | None = None, max_report_chains: int = 500,
-             progress=print) -> dict:
+def evaluate(run: str | Path, data: list[str | Path], options: EvalOptions = EvalOptions(),
+             scoring: ScoringOptions = ScoringOptions(), progress=print) -> EvalResult:
     """Evaluate a run folder, checkpoint or merged export on data files; writes metrics.json, report.html and
-    PNG plots into `out` (default RUN/eval/<data stem>) and returns the metrics."""
+    PNG plots into `options.out` (default RUN/eval/<data stems>) and returns what it measured."""
     if not data:
         raise PRMError("no data file given; pass at least one labelled file, e.g. processbench gsm8k.jsonl")
-    if threshold is not None and calibrate_on is not None:
-        raise PRMError("both --threshold and --calibrate-on given; use one: a fixed threshold or one calibrated")
     started = time.perf_counter()
-    scorer = PRMScorer.from_pretrained(run, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length,
-                                       max_batch_tokens=max_batch_tokens)
+    scorer = PRMScorer.from_options(run, scoring)
     load_s = time.perf_counter() - started
     splits = []
     for path, name in zip(data, _unique_names(data)):
-        split = load_split(path, scorer, limit=limit, name=name)
+        split = load_split(path, scorer, limit=options.limit, name=name)
         progress(f"scoring {split.name}: {len(split.chains)} chains on {scorer.device} "
                  f"({str(scorer.dtype).replace('torch.', '')})")
         splits.append(score_split(scorer, split))
     calibration = None
-    if calibrate_on is not None:
-        same = [s for s in splits if s.path.resolve() == Path(calibrate_on).resolve()]
-        calibration = same[0] if same else score_split(scorer, load_split(calibrate_on, scorer, limit=limit))
-    chosen = choose_threshold(threshold, calibration)
+    if options.calibrate_on is not None:
+        same = [s for s in splits if s.path.resolve() == Path(options.calibrate_on).resolve()]
+        calibration = same[0] if same else score_split(scorer, load_split(options.calibrate_on, scorer,
+                                                                          limit=options.limit))
+    chosen = choose_threshold(options.threshold, calibration)
 
-    per_split = {s.name: split_metrics(s, chosen["value"]) for s in splits}
+    per_split = {s.name: split_metrics(s, chosen.value) for s in splits}
     pb = {name: m["processbench"] for name, m in per_split.items() if m.get("processbench")}
-    metrics = {"run": str(run), "device": str(scorer.device), "dtype": str(scorer.dtype).replace("torch.", ""),
-               "loss": scorer.metadata.loss, "max_length": scorer.metadata.max_length, "threshold": chosen,
-               "splits": per_split,
-               "processbench_average_f1": average_f1(pb) if pb else None,
-               "seconds": {"load": round(load_s, 2), "total": None}}
-    target = Path(out) if out else Path(run) / "eval" / "+".join(s.name for s in splits)
-    metrics["out"] = str(target)
-    metrics["outputs"] = write_outputs(target, run, splits, metrics, max_report_chains)
-    metrics["seconds"]["total"] = round(time.perf_counter() - started, 2)
-    (target / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str) + "\n", encoding="utf-8")
-    return metrics
+    target = Path(options.out) if options.out else Path(run) / "eval" / "+".join(s.name for s in splits)
+    result = EvalResult(run=str(run), device=str(scorer.device), dtype=str(scorer.dtype).replace("torch.", ""),
+                        loss=scorer.metadata.loss, max_length=scorer.metadata.max_length, threshold=chosen,
+                        splits=per_split, processbench_average_f1=average_f1(pb) if pb else None, out=target,
+                        outputs={}, load_seconds=round(load_s, 2), total_seconds=0.0)
+    result.outputs = write_outputs(result, splits, options.report_chains)
+    result.total_seconds = round(time.perf_counter() - started, 2)
+    write_json_atomic(target / "metrics.json", result.to_dict())
+    return result
 
 
-def write_outputs(target: Path, run, splits: list[Split], metrics: dict, max_report_chains: int) -> dict:
-    from prmkit.report import plot_calibration, plot_roc, plot_training_loss, write_chain_report
+def write_outputs(result: EvalResult, splits: list[Split], max_report_chains: int) -> dict[str, str | None]:
+    from prmkit.evaluation.report import plot_calibration, plot_roc, plot_training_loss, write_chain_report
 
+    target, run = result.out, result.run
     target.mkdir(parents=True, exist_ok=True)
-    threshold = metrics["threshold"]["value"]
+    threshold = result.threshold.value
     series = {s.name: step_pairs(s) for s in splits}
     series = {name: pair for name, pair in series.items() if pair[0]}
     chains = []
@@ -243,8 +286,8 @@ def write_outputs(target: Path, run, splits: list[Split], metrics: dict, max_rep
                            "labels": chain.labels, "first_error": chain.first_error,
                            "predicted_first_error": predict_first_error(chain.scores, threshold),
                            "title": f"{split.name} · {chain.title}", "score": aggregate(chain.scores, "min")})
-    summary = {"run": str(run), "threshold": f"{threshold:.4g} ({metrics['threshold']['source']})"}
-    for name, m in metrics["splits"].items():
+    summary = {"run": str(run), "threshold": f"{threshold:.4g} ({result.threshold.source})"}
+    for name, m in result.splits.items():
         shown = min(m["rows"], max_report_chains)
         summary[f"{name}: chains shown"] = f"{shown} of {m['rows']}"
         if m.get("processbench"):
@@ -266,55 +309,3 @@ def _unique_names(paths: list[str | Path]) -> list[str]:
         seen[stem] = seen.get(stem, 0) + 1
         names.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
     return names
-
-
-def render_tables(metrics: dict) -> list:
-    """The metrics as rich tables: step metrics, ProcessBench and best-of-N, one row per split."""
-    from rich.table import Table
-
-    splits = metrics["splits"]
-    tables = []
-    step = Table(title="step metrics (threshold " + f"{metrics['threshold']['value']:.4g}, "
-                 f"{metrics['threshold']['source']})", title_justify="left")
-    columns = [("steps", "n_steps"), ("AUROC", "auroc"), ("acc", "accuracy"), ("error P", "error_precision"),
-               ("error R", "error_recall"), ("error F1", "error_f1"), ("MSE", "mse"), ("ECE", "ece")]
-    for title, _ in [("split", None), *columns]:
-        step.add_column(title, justify="left" if title == "split" else "right")
-    for name, m in splits.items():
-        if m.get("step"):
-            step.add_row(name, *(_fmt(m["step"].get(key)) for _, key in columns))
-    if step.row_count:
-        tables.append(step)
-
-    pb_rows = {name: m["processbench"] for name, m in splits.items() if m.get("processbench")}
-    if pb_rows:
-        pb = Table(title="ProcessBench (first error = first step below the threshold)", title_justify="left")
-        for title in ("split", "erroneous", "correct", "error acc", "correct acc", "F1", "oracle F1 (thr)"):
-            pb.add_column(title, justify="left" if title == "split" else "right")
-        for name, r in pb_rows.items():
-            pb.add_row(name, str(r["n_error"]), str(r["n_correct"]), _fmt(r["error_accuracy"]),
-                       _fmt(r["correct_accuracy"]), _fmt(r["f1"]),
-                       f"{_fmt(r['oracle_f1'])} ({r['oracle_threshold']:.3g})")
-        pb.add_row("average", "", "", "", "", _fmt(metrics.get("processbench_average_f1")), "", style="bold")
-        tables.append(pb)
-
-    bon_rows = {name: m["best_of_n"] for name, m in splits.items() if m.get("best_of_n")}
-    if bon_rows:
-        # methods as rows, splits as columns: a narrow terminal still shows every number
-        bon = Table(title="best-of-N accuracy (ties broken at random)", title_justify="left")
-        bon.add_column("choice")
-        for name in bon_rows:
-            bon.add_column(name, justify="right")
-        bon.add_row("problems (mean N)",
-                    *(f"{r['n_problems']} ({r['mean_candidates']:.1f})" for r in bon_rows.values()))
-        bon.add_row("random", *(_fmt(r["random"]) for r in bon_rows.values()))
-        bon.add_row("majority vote", *(_fmt(r["majority_vote"]) for r in bon_rows.values()))
-        for how in AGGREGATIONS:
-            bon.add_row(f"PRM {how}", *(_fmt(r["prm"][how]) for r in bon_rows.values()))
-        bon.add_row("oracle (any correct)", *(_fmt(r["oracle"]) for r in bon_rows.values()))
-        tables.append(bon)
-    return tables
-
-
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)

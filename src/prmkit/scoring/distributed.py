@@ -38,13 +38,6 @@ def launch_from_env() -> Launch:
                   local_rank=int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def default_device(launch: Launch) -> str | None:
-    """Each rank of a multi-GPU launch takes its own GPU; otherwise the usual choice (cuda > mps > cpu)."""
-    if launch.distributed and torch.cuda.is_available():
-        return f"cuda:{launch.local_rank}"
-    return None
-
-
 def join_process_group(launch: Launch, device: torch.device) -> None:
     if launch.distributed and not dist.is_initialized():
         if device.type == "cuda":

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from prmkit.errors import PRMError
-from prmkit.model import load_prm
+from prmkit.model import load_prm, merge_adapter
 
 
 def export_merged(run_folder: str | Path, out_folder: str | Path, *, overwrite: bool = False) -> Path:
@@ -17,8 +17,7 @@ def export_merged(run_folder: str | Path, out_folder: str | Path, *, overwrite: 
             raise PRMError(f"{out} already holds files; choose an empty folder or pass --overwrite")
         shutil.rmtree(out)
     model, tokenizer, metadata = load_prm(run_folder)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
+    model = merge_adapter(model)
     # Plain-transformers users read these from config.json to score exactly as prmkit does.
     model.config.prm_separator = metadata.separator
     model.config.prm_loss = metadata.loss

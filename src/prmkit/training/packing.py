@@ -7,7 +7,6 @@ import torch
 from prmkit.errors import PRMError
 from prmkit.tokenize import IGNORE_INDEX, StepCollator
 
-
 REAL_TOKENS = "real_tokens"  # batch key the trainer pops before the forward pass, for an honest tokens/s
 
 

@@ -1,18 +1,16 @@
-"""The run folder: refuse to clobber an earlier run, check it can hold the checkpoints, find the one to resume."""
+"""The run folder before training: refuse to clobber an earlier run, check it is writable and can hold the
+checkpoints. Which checkpoint to resume from is `prmkit.training.checkpoints`' business."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
 
-from prmkit.checkpointing import remove_stale_staging
 from prmkit.config import Config
 from prmkit.errors import PRMError
-
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+from prmkit.training.checkpoints import remove_stale_staging
 
 
 def is_main_process() -> bool:
@@ -73,30 +71,3 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
-
-
-def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """Published checkpoints in step order. Staging folders (`.partial-*`) never match the name; trainer_state.json
-    (written last) is still required, for folders written by other tools or by a transformers save that died."""
-    found = []
-    for child in run_dir.iterdir() if run_dir.is_dir() else []:
-        match = CHECKPOINT_PATTERN.match(child.name)
-        if match and (child / "trainer_state.json").is_file():
-            found.append((int(match.group(1)), child))
-    return [path for _, path in sorted(found)]
-
-
-def checkpoint_to_resume(config: Config, run_dir: Path) -> str | None:
-    resume = config.training.resume
-    if not resume:
-        return None
-    if resume == "latest":
-        checkpoints = complete_checkpoints(run_dir)
-        if not checkpoints:
-            raise PRMError(f"training.resume=latest but {run_dir} has no complete checkpoint; "
-                           "start without training.resume")
-        return str(checkpoints[-1])
-    path = Path(resume)
-    if not (path / "trainer_state.json").is_file():
-        raise PRMError(f"training.resume={resume}: not a complete checkpoint folder (no trainer_state.json)")
-    return str(path)

@@ -1,0 +1,97 @@
+"""`prmkit train`, `prmkit config`, `prmkit export` and `prmkit demo`: each parses its flags and calls one library
+function."""
+
+from __future__ import annotations
+
+import argparse
+
+from prmkit.cli.common import quiet_transformers
+
+
+def register(commands) -> None:
+    train = commands.add_parser("train", help="train a PRM from a YAML config",
+                                description="Train a PRM. Overrides use the YAML keys: training.lr=1e-4")
+    train.add_argument("config", help="YAML config file")
+    train.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    train.set_defaults(func=cmd_train)
+
+    export = commands.add_parser("export", help="export a run as a standalone transformers model")
+    export.add_argument("run", help="run folder or checkpoint")
+    export.add_argument("--merge", required=True, metavar="OUT", help="folder for the merged model")
+    export.add_argument("--overwrite", action="store_true", help="replace OUT if it holds files")
+    export.set_defaults(func=cmd_export)
+
+    config = commands.add_parser("config", help="print the full config (defaults + file + overrides) as YAML")
+    config.add_argument("config", nargs="?", help="YAML config file")
+    config.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    config.set_defaults(func=cmd_config)
+
+    from prmkit.demo import DemoOptions
+
+    defaults = DemoOptions()
+    demo = commands.add_parser("demo", help="train a real PRM on synthetic chains and show what it learned")
+    demo.add_argument("--out", default=str(defaults.out), help="output folder (default: %(default)s)")
+    demo.add_argument("--base", default=defaults.base, help="backbone (default: %(default)s)")
+    demo.add_argument("--rows", type=int, default=defaults.rows, help="training chains (default: %(default)s)")
+    demo.add_argument("--val-rows", type=int, default=defaults.val_rows, help="held-out chains (default: %(default)s)")
+    demo.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps (default: %(default)s)")
+    demo.add_argument("--batch-size", type=int, default=defaults.batch_size, help="default: %(default)s")
+    demo.add_argument("--top-layers", type=int, default=defaults.top_layers,
+                      help="LoRA on the last N layers only; 0 = every layer (default: %(default)s)")
+    demo.add_argument("--num-layers", type=int, default=defaults.num_layers,
+                      help="keep the backbone's first N layers; 0 = all (default: %(default)s)")
+    demo.add_argument("--packing", action=argparse.BooleanOptionalAction, default=defaults.packing,
+                      help="padding-free batches (default: %(default)s)")
+    demo.add_argument("--head-init", default=defaults.head_init, choices=["random", "probe"],
+                      help="start the head from a linear probe of the backbone (default: %(default)s)")
+    demo.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default: %(default)s)")
+    demo.add_argument("--after-error", default=defaults.after_error, choices=["negative", "unlabelled"],
+                      help="labels of steps after the first error (default: %(default)s)")
+    demo.add_argument("--seed", type=int, default=defaults.seed)
+    demo.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --out")
+    demo.set_defaults(func=cmd_demo)
+
+
+def cmd_train(args) -> int:
+    from prmkit.config import load_config
+    from prmkit.training.run_folder import is_main_process
+    from prmkit.training.summary import print_summary
+    from prmkit.training.trainer import train
+
+    config = load_config(args.config, args.overrides)
+    quiet_transformers()
+    summary = train(config, overwrite=args.overwrite)
+    if is_main_process():  # under torchrun every rank returns; one table is enough
+        print_summary(summary)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from prmkit.scoring.export import export_merged
+
+    quiet_transformers()
+    out = export_merged(args.run, args.merge, overwrite=args.overwrite)
+    print(f"merged model written to {out} (load it with AutoModelForTokenClassification.from_pretrained)")
+    return 0
+
+
+def cmd_config(args) -> int:
+    from prmkit.config import config_to_yaml, load_config
+
+    print(config_to_yaml(load_config(args.config, args.overrides)), end="")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from pathlib import Path
+
+    from prmkit.demo import DemoOptions, run_demo
+
+    quiet_transformers()
+    run_demo(DemoOptions(out=Path(args.out), base=args.base, rows=args.rows, val_rows=args.val_rows, steps=args.steps,
+                         batch_size=args.batch_size, top_layers=args.top_layers or None, seed=args.seed,
+                         after_error=args.after_error, lr=args.lr, num_layers=args.num_layers or None,
+                         packing=args.packing, head_init=args.head_init,
+                         overwrite=args.overwrite))
+    return 0

@@ -1,0 +1,55 @@
+"""`prmkit eval`'s results as rich tables: step metrics, ProcessBench and best-of-N, one row (or column) per split."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from prmkit.display import format_value
+from prmkit.evaluation.evaluate import EvalResult
+from prmkit.scoring.aggregate import AGGREGATIONS
+
+
+def render_tables(result: EvalResult) -> list[Table]:
+    """The metrics as rich tables: step metrics, ProcessBench and best-of-N, one row per split."""
+    splits = result.splits
+    tables = []
+    step = Table(title="step metrics (threshold " + f"{result.threshold.value:.4g}, "
+                 f"{result.threshold.source})", title_justify="left")
+    columns = [("steps", "n_steps"), ("AUROC", "auroc"), ("acc", "accuracy"), ("error P", "error_precision"),
+               ("error R", "error_recall"), ("error F1", "error_f1"), ("MSE", "mse"), ("ECE", "ece")]
+    for title, _ in [("split", None), *columns]:
+        step.add_column(title, justify="left" if title == "split" else "right")
+    for name, m in splits.items():
+        if m.get("step"):
+            step.add_row(name, *(format_value(m["step"].get(key)) for _, key in columns))
+    if step.row_count:
+        tables.append(step)
+
+    pb_rows = {name: m["processbench"] for name, m in splits.items() if m.get("processbench")}
+    if pb_rows:
+        pb = Table(title="ProcessBench (first error = first step below the threshold)", title_justify="left")
+        for title in ("split", "erroneous", "correct", "error acc", "correct acc", "F1", "oracle F1 (thr)"):
+            pb.add_column(title, justify="left" if title == "split" else "right")
+        for name, r in pb_rows.items():
+            pb.add_row(name, str(r["n_error"]), str(r["n_correct"]), format_value(r["error_accuracy"]),
+                       format_value(r["correct_accuracy"]), format_value(r["f1"]),
+                       f"{format_value(r['oracle_f1'])} ({r['oracle_threshold']:.3g})")
+        pb.add_row("average", "", "", "", "", format_value(result.processbench_average_f1), "", style="bold")
+        tables.append(pb)
+
+    bon_rows = {name: m["best_of_n"] for name, m in splits.items() if m.get("best_of_n")}
+    if bon_rows:
+        # methods as rows, splits as columns: a narrow terminal still shows every number
+        bon = Table(title="best-of-N accuracy (ties broken at random)", title_justify="left")
+        bon.add_column("choice")
+        for name in bon_rows:
+            bon.add_column(name, justify="right")
+        bon.add_row("problems (mean N)",
+                    *(f"{r['n_problems']} ({r['mean_candidates']:.1f})" for r in bon_rows.values()))
+        bon.add_row("random", *(format_value(r["random"]) for r in bon_rows.values()))
+        bon.add_row("majority vote", *(format_value(r["majority_vote"]) for r in bon_rows.values()))
+        for how in AGGREGATIONS:
+            bon.add_row(f"PRM {how}", *(format_value(r["prm"][how]) for r in bon_rows.values()))
+        bon.add_row("oracle (any correct)", *(format_value(r["oracle"]) for r in bon_rows.values()))
+        tables.append(bon)
+    return tables

@@ -1,0 +1,121 @@
+"""What a user hands the scorer, turned into (prompt, steps): raw completions cut into steps, chat messages read
+as text, and the row layouts of `prmkit score`, `prmkit eval` and the server. Nothing here needs a loaded model."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from prmkit.errors import PRMError
+
+Separator = Union[str, "re.Pattern[str]", None]
+Candidate = Union[str, Sequence[str]]
+
+
+
+def split_steps(text: str, separator: Separator) -> list[str]:
+    """Cut a raw completion into steps: at a literal separator string, or at every match of a compiled regex.
+    Pieces are stripped and empty ones dropped, so "a\\n\\n\\nb\\n\\n" gives ["a", "b"], as training steps were
+    written; no separator (or "") keeps the whole text as one step."""
+    if isinstance(separator, re.Pattern):
+        pieces = separator.split(text)
+    elif separator:
+        pieces = text.split(separator)
+    else:
+        pieces = [text]
+    return [piece.strip() for piece in pieces if piece and piece.strip()]
+
+
+def prompt_text(value) -> str:
+    """The problem text of a prompt: a string, or a chat message list ([{"role", "content"}, ...]) whose last
+    user message is the problem (system messages and earlier turns are not what the PRM was trained on)."""
+    messages = _messages(value)
+    if messages is None:
+        return value
+    if not messages:
+        return ""
+    users = [m for m in messages if m.get("role") == "user"]
+    return _content_text((users or messages)[-1].get("content"))
+
+
+def completion_text(value) -> str:
+    """The text of a completion: a string, or chat messages whose assistant contents are joined."""
+    messages = _messages(value)
+    if messages is None:
+        return value
+    assistants = [m for m in messages if m.get("role") == "assistant"] or messages
+    return "\n\n".join(_content_text(m.get("content")) for m in assistants)
+
+
+def _messages(value) -> list[dict] | None:
+    if isinstance(value, str):
+        return None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(m, dict) for m in value):
+        raise PRMError(f"expected a string or a list of {{'role', 'content'}} messages, got {_short(value)}")
+    return list(value)
+
+
+def _content_text(content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    return str(content)
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclass
+class ParsedRow:
+    kind: str  # "record" | "candidates"
+    prompt: str
+    steps: list[list[str]]  # one step list per chain (one chain for a record)
+    split_from_text: bool  # steps were cut from raw strings, so they are written back beside the scores
+
+
+def parse_row(row, where: str, separator: Separator) -> ParsedRow:
+    """The chains of one input row (string completions cut at `separator`, a string or a compiled regex); `where`
+    ("file: row N") starts every error message."""
+    if not isinstance(row, dict):
+        raise PRMError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "prompt" not in row:
+        raise PRMError(f"{where}: no 'prompt' (keys here: {sorted(row)}); each row needs the problem as 'prompt'")
+    try:
+        prompt = prompt_text(row["prompt"])
+    except PRMError as err:
+        raise PRMError(f"{where}, field 'prompt': {err}") from None
+    if "candidates" in row:
+        candidates = row["candidates"]
+        if not isinstance(candidates, list) or not candidates:
+            raise PRMError(f"{where}, field 'candidates': expected a non-empty list of strings or step lists, "
+                           f"got {_describe(candidates)}")
+        steps = []
+        for i, candidate in enumerate(candidates):
+            if isinstance(candidate, str):
+                steps.append(split_steps(candidate, separator))
+            elif isinstance(candidate, list) and all(isinstance(s, str) for s in candidate):
+                steps.append(candidate)
+            else:
+                raise PRMError(f"{where}, field 'candidates[{i}]': expected a string or a list of step strings, "
+                               f"got {_describe(candidate)}")
+        return ParsedRow("candidates", prompt, steps, any(isinstance(c, str) for c in candidates))
+    if isinstance(row.get("completions"), list) and all(isinstance(s, str) for s in row["completions"]):
+        return ParsedRow("record", prompt, [row["completions"]], False)
+    if isinstance(row.get("completion"), str):
+        return ParsedRow("record", prompt, [split_steps(row["completion"], separator)], True)
+    raise PRMError(f"{where}: no chain to score; give 'completions' (a list of steps), 'completion' (one string) "
+                   "or 'candidates' (a list for best-of-N)")
+
+
+def _describe(value) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"

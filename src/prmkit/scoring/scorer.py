@@ -1,0 +1,128 @@
+"""Score chains with a trained PRM: every step of a chain in one forward pass, many chains per batch.
+
+Inputs go through `tokenize_chain`, the function training used, so a chain scores the same here as in training's
+evaluation. Chains are sorted by length before batching so padding stays small, each batch is padded once, and
+the model has no LM head, so no vocabulary-sized logits are computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from prmkit.device import resolve_device, resolve_dtype
+from prmkit.errors import PRMError
+from prmkit.loss import scores_from_head
+from prmkit.model import PRMMetadata, load_prm
+from prmkit.model import merge_adapter as merge_lora_adapter
+from prmkit.scoring.aggregate import RankedCandidate, rank_candidates
+from prmkit.scoring.inputs import Candidate, Separator, split_steps
+from prmkit.scoring.options import ScoringOptions
+from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
+
+DEFAULTS = ScoringOptions()
+
+
+class PRMScorer:
+    """A loaded PRM that scores steps. `PRMScorer.from_pretrained(folder)` takes a run folder, any checkpoint in
+    it (LoRA adapter or full weights) or a merged export."""
+
+    def __init__(self, model, tokenizer, metadata: PRMMetadata, *, device: str | None = DEFAULTS.device,
+                 dtype: str | torch.dtype | None = DEFAULTS.dtype, batch_size: int = DEFAULTS.batch_size,
+                 max_batch_tokens: int | None = DEFAULTS.max_batch_tokens):
+        ScoringOptions(batch_size=batch_size, max_batch_tokens=max_batch_tokens)  # raises on values out of range
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.tokenizer = tokenizer
+        self.metadata = metadata
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, *, device: str | None = DEFAULTS.device,
+                        dtype: str | torch.dtype | None = DEFAULTS.dtype, batch_size: int = DEFAULTS.batch_size,
+                        max_batch_tokens: int | None = DEFAULTS.max_batch_tokens, trust_remote_code: bool = False,
+                        allow_pickle: bool = False, merge_adapter: bool = True,
+                        max_length: int | None = DEFAULTS.max_length) -> "PRMScorer":
+        """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
+        the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
+        longer chains than the PRM was trained on (the backbone's own context is the hard limit). `batch_size`
+        caps the chains per forward pass and `max_batch_tokens` the padded tokens (chains x longest chain), so a
+        batch of long chains stays within device memory. `allow_pickle` as in the training config."""
+        model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+        if max_length is not None:
+            if max_length < 8:
+                raise PRMError(f"max_length={max_length}; use at least 8 tokens (training used "
+                               f"{metadata.max_length})")
+            metadata = replace(metadata, max_length=max_length)
+        if merge_adapter:
+            model = merge_lora_adapter(model)
+        return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size,
+                   max_batch_tokens=max_batch_tokens)
+
+    @classmethod
+    def from_options(cls, folder: str | Path, options: ScoringOptions, **kwargs) -> "PRMScorer":
+        """`from_pretrained` with the settings of `prmkit score`, `prmkit eval` and `prmkit serve`."""
+        return cls.from_pretrained(folder, device=options.device, dtype=options.dtype, batch_size=options.batch_size,
+                                   max_batch_tokens=options.max_batch_tokens, max_length=options.max_length,
+                                   **kwargs)
+
+    def tokenize(self, prompt: str, steps: Sequence[str]) -> TokenizedChain:
+        return tokenize_chain(self.tokenizer, prompt, steps, None, separator=self.metadata.separator,
+                              max_length=self.metadata.max_length)
+
+    def split_steps(self, text: str, separator: Separator = None) -> list[str]:
+        """Steps of a raw completion, cut at the run's separator unless another string or regex is given."""
+        return split_steps(text, self.metadata.separator if separator is None else separator)
+
+    def score(self, prompt: str, steps: Sequence[str]) -> list[float | None]:
+        """One score per step; None for a step that max_length cut off."""
+        return self.score_many([(prompt, steps)])[0]
+
+    def score_text(self, prompt: str, completion: str, separator: Separator = None) -> list[float | None]:
+        """Scores for the steps of a raw completion (see `split_steps`)."""
+        return self.score(prompt, self.split_steps(completion, separator))
+
+    def best_of_n(self, prompt: str, candidates: Sequence[Candidate], aggregate: str = "min",
+                  separator: Separator = None) -> list[RankedCandidate]:
+        """Candidates (raw strings or step lists) ranked best first by their aggregate step score."""
+        steps = [self.split_steps(c, separator) if isinstance(c, str) else list(c) for c in candidates]
+        scores = self.score_many([(prompt, s) for s in steps])
+        return rank_candidates(scores, aggregate, steps=steps,
+                               texts=[c if isinstance(c, str) else None for c in candidates])
+
+    @torch.inference_mode()
+    def score_many(self, chains: Sequence[tuple[str, Sequence[str]]]) -> list[list[float | None]]:
+        """Scores for many (prompt, steps) chains, in input order; batches are formed by length."""
+        tokenized = [self.tokenize(prompt, steps) for prompt, steps in chains]
+        results: list[list[float | None]] = [[None] * chain.steps_dropped for chain in tokenized]
+        scorable = [i for i in range(len(tokenized)) if tokenized[i].step_positions]  # else no step fits
+        collate = StepCollator(self.tokenizer.pad_token_id)
+        for indices in self._batches(sorted(scorable, key=lambda i: len(tokenized[i].input_ids)), tokenized):
+            batch = [tokenized[i] for i in indices]
+            inputs = collate([{"input_ids": chain.input_ids} for chain in batch])  # the training collator's padding
+            head = self.model(input_ids=inputs["input_ids"].to(self.device),
+                              attention_mask=inputs["attention_mask"].to(self.device)).logits.squeeze(-1)
+            scores = scores_from_head(self.metadata.loss, head).cpu()
+            for row, index in enumerate(indices):
+                chain = batch[row]
+                results[index] = scores[row, chain.step_positions].tolist() + [None] * chain.steps_dropped
+        return results
+
+    def _batches(self, order: list[int], tokenized: list[TokenizedChain]):
+        """Consecutive runs of the length-sorted chains: at most batch_size chains, and at most max_batch_tokens
+        padded tokens (a chain longer than the budget on its own still gets a batch of one)."""
+        batch: list[int] = []
+        for index in order:
+            length = len(tokenized[index].input_ids)  # the longest so far, as the order is ascending
+            over_budget = self.max_batch_tokens is not None and (len(batch) + 1) * length > self.max_batch_tokens
+            if batch and (len(batch) == self.batch_size or over_budget):
+                yield batch
+                batch = []
+            batch.append(index)
+        if batch:
+            yield batch
