@@ -12,26 +12,32 @@ pieces every stage shares (config, tokenize, model, loss, device, errors) at the
 
 from __future__ import annotations
 
-from importlib import import_module
-
-PUBLIC_API = {
-    "PRMScorer": "prmkit.scoring.scorer",
-    "PRMReward": "prmkit.scoring.reward",
-    "ScoringOptions": "prmkit.scoring.options",
-    "train": "prmkit.training.trainer",
-    "load_config": "prmkit.config",
-    "Config": "prmkit.config",
-    "evaluate": "prmkit.evaluation.evaluate",
-    "EvalOptions": "prmkit.evaluation.options",
-    "PRMError": "prmkit.errors",
-}
-__all__ = list(PUBLIC_API)
+__all__ = ["PRMScorer", "PRMReward", "ScoringOptions", "train", "load_config", "Config", "evaluate", "EvalOptions",
+           "PRMError"]
 
 
 def __getattr__(name: str):
-    if name not in PUBLIC_API:
+    """Each public name is imported from its module on first use (plain imports, one branch per name)."""
+    if name == "PRMScorer":
+        from prmkit.scoring.scorer import PRMScorer as value
+    elif name == "PRMReward":
+        from prmkit.scoring.reward import PRMReward as value
+    elif name == "ScoringOptions":
+        from prmkit.scoring.options import ScoringOptions as value
+    elif name == "train":
+        from prmkit.training.trainer import train as value
+    elif name in ("load_config", "Config"):
+        from prmkit import config
+
+        value = getattr(config, name)
+    elif name == "evaluate":
+        from prmkit.evaluation.evaluate import evaluate as value
+    elif name == "EvalOptions":
+        from prmkit.evaluation.options import EvalOptions as value
+    elif name == "PRMError":
+        from prmkit.errors import PRMError as value
+    else:
         raise AttributeError(f"module 'prmkit' has no attribute {name!r}")
-    value = getattr(import_module(PUBLIC_API[name]), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

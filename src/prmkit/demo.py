@@ -143,7 +143,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         after, chains = evaluate_held_out(PRMScorer.from_pretrained(run_dir, device="cpu"), held_out)
     console.print(_metrics_line(after))
 
-    results = {"before": before, "after": after, "position_baseline": baseline, "steps": summary.steps,
+    results = {"before": before, "after": after, "position_baseline": baseline, "optimizer_steps": summary.optimizer_steps,
                "train_rows": len(train_rows), "held_out_rows": len(held_out), "base": options.base,
                "recipe": {"lr": options.lr, "batch_size": options.batch_size, "top_layers": options.top_layers,
                           "num_layers": options.num_layers, "head_init": options.head_init,

@@ -7,14 +7,13 @@ floats in [0, 1] or None.
 from __future__ import annotations
 
 import hashlib
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 from prmkit.data.records import LabelScheme, NeutralPolicy, RecordProblem, ValidationReport, validate_records
-from prmkit.data.rows import read_rows
+from prmkit.data.rows import RowReader
 from prmkit.errors import PRMError
 
 LABEL_KINDS = ("positive", "negative", "soft", "unlabelled")
@@ -104,42 +103,18 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
 
 def validate_file(path: str | Path, *, scheme: LabelScheme = "auto",
                   neutral: NeutralPolicy = "positive") -> tuple[ValidationReport, list[str]]:
-    """Every problem of a data file, one line each with its row number (not only the first).
-
-    In a .jsonl file a line that is not valid JSON is a problem of that row too, and rows are numbered by
-    line, as an editor shows them."""
+    """Every problem of a data file, one line each with its row number (not only the first). A .jsonl line that
+    is not valid JSON is a problem of that row too; rows are numbered as every command numbers them (see
+    `prmkit.data.rows`)."""
     source = str(path)
-    if Path(source).suffix.lower() in (".jsonl", ".ndjson") and Path(source).is_file():
-        rows, line_numbers, problems = _read_jsonl_leniently(Path(source))
-    else:
-        rows = read_rows(path)
-        line_numbers, problems = list(range(1, len(rows) + 1)), []
-    _, report = validate_records(rows, source, scheme=scheme, neutral=neutral, skip_invalid=True)
-    for problem in report.problems:
-        problem.row = line_numbers[problem.row - 1]
-    report.problems = sorted(problems + report.problems, key=lambda p: p.row)
-    report.rows_read += len(problems)
+    rows = list(RowReader(path, lenient=True))
+    unreadable = [RecordProblem(row.number, "<line>", row.problem) for row in rows if row.problem]
+    readable = [row for row in rows if not row.problem]
+    _, report = validate_records([row.value for row in readable], source, scheme=scheme, neutral=neutral,
+                                 skip_invalid=True, row_numbers=[row.number for row in readable])
+    report.problems = sorted(unreadable + report.problems, key=lambda p: p.row)
+    report.rows_read += len(unreadable)
     return report, [problem.render(source) for problem in report.problems]
-
-
-def _read_jsonl_leniently(path: Path) -> tuple[list, list[int], list[RecordProblem]]:
-    rows, numbers, problems = [], [], []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                problems.append(RecordProblem(number, "<line>", "is not UTF-8 text; re-encode the file as UTF-8"))
-                continue
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-                numbers.append(number)
-            except json.JSONDecodeError as err:
-                problems.append(RecordProblem(number, "<line>", f"is not valid JSON ({err.msg} at column "
-                                                                f"{err.colno}); fix or delete that line"))
-    return rows, numbers, problems
 
 
 def split_records(records: Sequence[dict], val_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:

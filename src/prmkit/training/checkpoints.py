@@ -28,6 +28,9 @@ STAGING_PREFIX = ".partial-"
 REPLACED_PREFIX = STAGING_PREFIX + "replaced-"  # a published folder moved aside while its new version goes in
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+# sha256 of the source of transformers 5.24.0's Trainer._save_checkpoint, which AtomicCheckpoints mirrors step by
+# step. A test fails when an installed transformers changes that method: then compare and update both.
+MIRRORED_SAVE_CHECKPOINT_SHA256 = "a9111e30faa9933986e022e56b5af81fd990356db64d727b4c320c852283bf3b"
 
 
 def staging_folder(final: Path) -> Path:
@@ -134,7 +137,8 @@ def checkpoint_to_resume(resume: str | None, run_dir: Path) -> str | None:
 class AtomicCheckpoints:
     """Trainer mixin: `_save_checkpoint` writes into `.partial-checkpoint-N` and renames it to `checkpoint-N`.
 
-    The steps are those of `transformers.Trainer._save_checkpoint`, in the same order and with the same Trainer
+    The steps are those of `transformers.Trainer._save_checkpoint` as of transformers 5.24.0 (see
+    MIRRORED_SAVE_CHECKPOINT_SHA256), in the same order and with the same Trainer
     methods; only the folder differs. Under DDP/FSDP every rank writes its share (rng states, optimizer shards)
     into the staging folder, whose name depends only on the step, so all ranks agree on it; a barrier waits for
     all of them before the saving process (`args.should_save`) renames. `write_extras(folder)` adds prmkit's

@@ -17,7 +17,7 @@ class RunSummary:
     base_model: str
     finetune: str
     loss: str
-    steps: int
+    optimizer_steps: int  # updates of the weights (not reasoning steps, which are the steps of a chain)
     duration_s: float
     trained_tokens: int
     padding_share: float  # of the tokens in training batches, the share that was padding
@@ -28,7 +28,8 @@ class RunSummary:
     final_loss: float | None
     train_rows: int
     rows_dropped: int
-    steps_dropped: int
+    reasoning_steps_dropped: int  # steps of chains cut off by data.max_length (never trained on)
+    prompts_truncated: int  # chains whose prompt was left-truncated so that the first step fits
     rows_skipped_invalid: int
     eval_metrics: dict = field(default_factory=dict)
     resumed_from: str | None = None
@@ -40,7 +41,7 @@ class RunSummary:
         losses = [entry["loss"] for entry in log_history if "loss" in entry]
         return cls(
             run_dir=str(run_dir), base_model=config.model.base, finetune=config.model.finetune,
-            loss=config.loss.type, steps=global_step, duration_s=round(duration_s, 2),
+            loss=config.loss.type, optimizer_steps=global_step, duration_s=round(duration_s, 2),
             trained_tokens=trained_tokens,
             padding_share=round(1 - trained_tokens / batch_tokens, 4) if batch_tokens else 0.0,
             tokens_per_s=round(trained_tokens / duration_s, 1) if duration_s else 0.0,
@@ -48,7 +49,8 @@ class RunSummary:
             initial_loss=losses[0] if losses else None, final_loss=losses[-1] if losses else None,
             train_rows=train_stats.rows - train_stats.rows_dropped,
             rows_dropped=train_stats.rows_dropped + val_stats.rows_dropped,
-            steps_dropped=train_stats.steps_dropped + val_stats.steps_dropped,
+            reasoning_steps_dropped=train_stats.steps_dropped + val_stats.steps_dropped,
+            prompts_truncated=train_stats.prompts_truncated + val_stats.prompts_truncated,
             rows_skipped_invalid=sum(r.rows_skipped for r in reports),
             eval_metrics={k.removeprefix("eval_"): v for k, v in eval_metrics.items()
                           if k.removeprefix("eval_") in ("loss", "accuracy", "auroc", "mse", "n_steps")},
@@ -69,13 +71,14 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         ("model", f"{summary.base_model} ({summary.finetune}, {summary.loss} loss)"),
         ("trainable parameters", f"{summary.trainable_params:,} of {summary.total_params:,} ({pct:.2f}%)"),
         ("optimizer steps",
-         str(summary.steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
+         str(summary.optimizer_steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
         ("loss: first -> last", f"{format_value(summary.initial_loss, '.4f')} -> {format_value(summary.final_loss, '.4f')}"),
         ("duration", f"{summary.duration_s:.1f} s"),
         ("tokens/s (real tokens)", f"{summary.tokens_per_s:,.0f}"),
         ("padding in batches", f"{100 * summary.padding_share:.1f}%"),
         ("training rows", str(summary.train_rows)),
-        ("dropped by max_length", f"{summary.rows_dropped} rows, {summary.steps_dropped} steps"),
+        ("dropped by max_length", f"{summary.rows_dropped} rows, {summary.reasoning_steps_dropped} reasoning steps"),
+        ("prompts left-truncated", str(summary.prompts_truncated)),
         ("invalid rows skipped", str(summary.rows_skipped_invalid)),
     ]
     rows += [(f"eval {k}", format_value(v, '.4f')) for k, v in summary.eval_metrics.items()]

@@ -47,7 +47,7 @@ def test_run_folder_and_summary(lora_run):
     meta = json.loads((run / "prmkit.json").read_text())
     assert meta["separator"] == "\n\n" and meta["loss"] == "bce" and meta["max_length"] == 256
     saved = json.loads((run / "summary.json").read_text())
-    assert saved["steps"] == summary.steps == 6
+    assert saved["optimizer_steps"] == summary.optimizer_steps == 6
     assert saved["initial_loss"] is not None and saved["final_loss"] is not None
     assert saved["trained_tokens"] > 0 and saved["tokens_per_s"] > 0
     assert {"loss", "accuracy", "auroc"} <= set(saved["eval_metrics"])
@@ -80,7 +80,7 @@ def test_resume_continues_to_the_same_weights(lora_run, tiny_llama, data, tmp_pa
     for name in ("adapter_model.safetensors", "summary.json", "prmkit.json"):
         (interrupted / name).unlink()
     summary = train(make_config(tiny_llama, data, tmp_path, "training.resume=latest"))
-    assert summary.steps == 6 and summary.resumed_from.endswith("checkpoint-3")
+    assert summary.optimizer_steps == 6 and summary.resumed_from.endswith("checkpoint-3")
     expected = load_file(run / "adapter_model.safetensors")
     resumed = load_file(interrupted / "adapter_model.safetensors")
     assert expected.keys() == resumed.keys()

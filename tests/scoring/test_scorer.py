@@ -3,50 +3,25 @@ file command keeps every row, in order."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
 from prmkit.cli import main
-from prmkit.config import load_config
 from prmkit.data.synthetic import generate_records
+from prmkit.device import resolve_device, resolve_dtype
 from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
-from prmkit.scoring.scorer import (
-    PRMScorer,
-    aggregate,
-    completion_text,
-    prompt_text,
-    rank_candidates,
-    resolve_device,
-    resolve_dtype,
-    split_steps,
-)
+from prmkit.scoring.aggregate import aggregate, rank_candidates
+from prmkit.scoring.inputs import completion_text, prompt_text, split_steps
+from prmkit.scoring.options import ScoreFileOptions
+from prmkit.scoring.scorer import PRMScorer
 from prmkit.tokenize import tokenize_records
-from prmkit.training.trainer import train
-
-_RUNS: dict[str, Path] = {}
-
-
-def shared_run(model_dir: Path, tmp_path_factory) -> Path:
-    """One tiny LoRA run (2 optimizer steps, a checkpoint at each) for every test module of this session."""
-    key = str(model_dir)
-    if key not in _RUNS:
-        root = tmp_path_factory.mktemp("use-run")
-        write_jsonl(generate_records(16, seed=3), root / "train.jsonl")
-        train(load_config(None, [
-            f"model.base={model_dir}", f"data.train={root / 'train.jsonl'}", "data.max_length=160",
-            f"output_dir={root}", "run_name=run", "training.max_steps=2", "training.batch_size=4",
-            "training.save_steps=1", "training.logging_steps=1", "training.lr=5e-3", "lora.r=4",
-            "lora.dropout=0.0"]))
-        _RUNS[key] = root / "run"
-    return _RUNS[key]
 
 
 @pytest.fixture(scope="module")
-def run(tiny_llama, tmp_path_factory):
-    return shared_run(tiny_llama, tmp_path_factory)
+def run(tiny_run):
+    return tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +202,7 @@ def test_score_file_with_a_progress_bar_counts_every_row(scorer, tmp_path, capsy
         source.write_text(json.dumps(rows))
     else:
         write_jsonl(rows, source)
-    result = score_file(scorer, source, tmp_path / "out.jsonl", chunk_rows=2, progress=True)
-    assert result["rows"] == 5 and result["ranks"] == 1
+    result = score_file(scorer, source, tmp_path / "out.jsonl", ScoreFileOptions(chunk_rows=2), progress=True)
+    assert result.rows == 5 and result.ranks == 1
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 5
     assert "5 rows" in capsys.readouterr().err  # the bar's final state names the rows scored

@@ -1,7 +1,6 @@
 """PRMReward honours the contract of TRL's GRPOTrainer reward functions (tested directly; trl is not needed)."""
 
 import pytest
-from test_score import shared_run
 
 from prmkit.errors import PRMError
 from prmkit.scoring.reward import PRMReward
@@ -13,8 +12,8 @@ BAD = "3 * 4 = 13.\n\nHe has 13 apples."
 
 
 @pytest.fixture(scope="module")
-def scorer(tiny_llama, tmp_path_factory):
-    return PRMScorer.from_pretrained(shared_run(tiny_llama, tmp_path_factory), device="cpu")
+def scorer(tiny_run):
+    return PRMScorer.from_pretrained(tiny_run, device="cpu")
 
 
 @pytest.fixture(scope="module")

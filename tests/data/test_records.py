@@ -68,7 +68,7 @@ def test_out_of_range_label_message_has_the_fix():
         validate_records([GOOD, {**GOOD, "labels": [1, 7]}], "data/train.jsonl")
     text = str(err.value)
     assert "data/train.jsonl: row 2, field 'labels[1]'" in text
-    assert "--skip-invalid" in text
+    assert "data.skip_invalid=true" in text and "--skip-invalid" not in text
 
 
 def test_skip_invalid_counts_instead_of_failing():

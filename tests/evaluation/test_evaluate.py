@@ -5,22 +5,28 @@ import json
 from pathlib import Path
 
 import pytest
-from test_score import shared_run
 
 from prmkit.cli import main
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
 from prmkit.evaluation.evaluate import evaluate, evenly_spaced
+from prmkit.evaluation.options import EvalOptions
 from prmkit.evaluation.processbench import evaluate_threshold
 from prmkit.files import write_jsonl
+from prmkit.scoring.options import ScoringOptions
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CPU = ScoringOptions(device="cpu")
+
+
+def quiet(*_):
+    pass
 
 
 @pytest.fixture(scope="module")
-def run(tiny_llama, tmp_path_factory):
-    return shared_run(tiny_llama, tmp_path_factory)
+def run(tiny_run):
+    return tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +75,8 @@ def test_cli_eval_writes_metrics_report_and_plots(run, data, tmp_path, capsys):
 
 
 def test_threshold_calibrated_on_one_split_is_applied_to_all(run, data, tmp_path):
-    metrics = evaluate(run, [data / "a.jsonl", data / "b.jsonl"], calibrate_on=data / "a.jsonl",
-                       out=tmp_path / "cal", device="cpu", progress=lambda *_: None)
+    metrics = evaluate(run, [data / "a.jsonl", data / "b.jsonl"],
+                       EvalOptions(calibrate_on=data / "a.jsonl", out=tmp_path / "cal"), CPU, progress=quiet).to_dict()
     threshold = metrics["threshold"]
     assert threshold["source"].startswith("calibrated on") and "a.jsonl" in threshold["source"]
     a, b = (metrics["splits"][n]["processbench"] for n in ("a", "b"))
@@ -78,13 +84,13 @@ def test_threshold_calibrated_on_one_split_is_applied_to_all(run, data, tmp_path
     assert a["f1"] == pytest.approx(threshold["calibration_f1"]) and a["f1"] == pytest.approx(a["oracle_f1"])
     assert metrics["processbench_average_f1"] == pytest.approx((a["f1"] + b["f1"]) / 2)
     # the default output folder sits in the run folder, named after the data
-    default = evaluate(run, [data / "b.jsonl"], device="cpu", progress=lambda *_: None)
-    assert Path(default["out"]) == run / "eval" / "b" and (run / "eval" / "b" / "metrics.json").is_file()
+    default = evaluate(run, [data / "b.jsonl"], scoring=CPU, progress=quiet)
+    assert default.out == run / "eval" / "b" and (run / "eval" / "b" / "metrics.json").is_file()
 
 
 def test_best_of_n_groups_records_by_prompt_and_raw_processbench(run, data, tmp_path):
-    metrics = evaluate(run, [data / "grouped.jsonl", data / "pb.json"], out=tmp_path / "g", device="cpu",
-                       progress=lambda *_: None)
+    metrics = evaluate(run, [data / "grouped.jsonl", data / "pb.json"], EvalOptions(out=tmp_path / "g"), CPU,
+                       progress=quiet).to_dict()
     grouped = metrics["splits"]["grouped"]["best_of_n"]
     assert grouped["n_problems"] == 1 and grouped["mean_candidates"] == 3  # the lonely problem is left out
     assert grouped["random"] == pytest.approx(2 / 3) and grouped["majority_vote"] == 1.0
@@ -95,12 +101,12 @@ def test_best_of_n_groups_records_by_prompt_and_raw_processbench(run, data, tmp_
 
 def test_user_errors(run, data, tmp_path):
     with pytest.raises(PRMError, match="both --threshold and --calibrate-on"):
-        evaluate(run, [data / "a.jsonl"], threshold=0.5, calibrate_on=data / "a.jsonl", out=tmp_path)
+        EvalOptions(threshold=0.5, calibrate_on=data / "a.jsonl", out=tmp_path)
     with pytest.raises(PRMError, match="no row has 'first_error'"):
-        evaluate(run, [data / "a.jsonl"], calibrate_on=data / "cands.jsonl", out=tmp_path, device="cpu",
-                 progress=lambda *_: None)
+        evaluate(run, [data / "a.jsonl"], EvalOptions(calibrate_on=data / "cands.jsonl", out=tmp_path), CPU,
+                 progress=quiet)
     with pytest.raises(PRMError, match="no data file"):
-        evaluate(run, [], out=tmp_path)
+        evaluate(run, [], EvalOptions(out=tmp_path))
 
 
 def test_limit_takes_rows_evenly_spaced():
@@ -113,8 +119,8 @@ def test_limit_takes_rows_evenly_spaced():
 @pytest.mark.skipif(not (SHARED_DATA / "processbench" / "gsm8k.json").is_file(),
                     reason=f"real ProcessBench data not found in {SHARED_DATA / 'processbench'}")
 def test_real_processbench_rows(run, tmp_path):
-    metrics = evaluate(run, [SHARED_DATA / "processbench" / "gsm8k.json"], limit=6, out=tmp_path, device="cpu",
-                       progress=lambda *_: None)
+    metrics = evaluate(run, [SHARED_DATA / "processbench" / "gsm8k.json"], EvalOptions(limit=6, out=tmp_path), CPU,
+                       progress=quiet).to_dict()
     result = metrics["splits"]["gsm8k"]["processbench"]
     assert result["n_error"] + result["n_correct"] == 6 and result["n_error"] and result["n_correct"]
     assert set(evaluate_threshold([[0.0]], [0], 0.5)) <= set(result)  # the keys of the pure function

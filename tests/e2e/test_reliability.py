@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,8 @@ from prmkit.config import load_config
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
-from prmkit.model import METADATA_FILE, PRMMetadata
-from prmkit.training.checkpoints import STAGING_PREFIX, publish_files, publish_folder, remove_stale_staging
-from prmkit.training.run_folder import check_free_space, checkpoint_to_resume, complete_checkpoints, prepare_run_dir
+from prmkit.model import METADATA_FILE
+from prmkit.training.checkpoints import STAGING_PREFIX, complete_checkpoints
 from prmkit.training.trainer import train
 
 MAX_STEPS, SAVE_STEPS = 40, 4
@@ -104,7 +102,7 @@ def test_sigkill_mid_run_then_resume_reaches_the_same_weights(tiny_llama, train_
     # a save the kill interrupted looks like this; the next start removes it
     (run / f"{STAGING_PREFIX}checkpoint-{MAX_STEPS - 1}").mkdir(exist_ok=True)
     summary = train(load_config(cfg, ["training.resume=latest"]))
-    assert summary.steps == MAX_STEPS and summary.resumed_from == str(survivors[-1])
+    assert summary.optimizer_steps == MAX_STEPS and summary.resumed_from == str(survivors[-1])
     assert_same_weights(run, reference)
     assert_whole_checkpoints(run)
 
@@ -133,21 +131,6 @@ def test_kill_inside_a_checkpoint_write_never_publishes_it(tiny_llama, train_fil
     assert_whole_checkpoints(run)
 
 
-def test_resume_never_picks_an_incomplete_or_staging_folder(tmp_path):
-    config = load_config(None, [f"output_dir={tmp_path}", "run_name=run", "training.resume=latest"])
-    run = tmp_path / "run"
-    for name, complete in [("checkpoint-2", True), ("checkpoint-3", True), ("checkpoint-5", False),
-                           (f"{STAGING_PREFIX}checkpoint-7", True), ("checkpoint-x", True)]:
-        (run / name).mkdir(parents=True)
-        if complete:
-            (run / name / "trainer_state.json").write_text("{}")
-    (run / "checkpoint-9").write_text("a file, not a folder")
-    assert complete_checkpoints(run) == [run / "checkpoint-2", run / "checkpoint-3"]
-    prepare_run_dir(config)
-    assert not (run / f"{STAGING_PREFIX}checkpoint-7").exists()  # stale staging removed at start
-    assert checkpoint_to_resume(config, run) == str(run / "checkpoint-3")
-
-
 def test_a_failed_save_raises_prmerror_and_keeps_earlier_checkpoints(tiny_llama, train_file, tmp_path,
                                                                      monkeypatch):
     save_rng = Trainer._save_rng_state
@@ -164,113 +147,3 @@ def test_a_failed_save_raises_prmerror_and_keeps_earlier_checkpoints(tiny_llama,
     run = tmp_path / "runs" / "run"
     assert complete_checkpoints(run) == [run / "checkpoint-4"]
     assert_whole_checkpoints(run)
-
-
-def test_final_model_is_whole_or_not_a_model(tmp_path, monkeypatch):
-    """The final save moves files in one by one: until prmkit.json (moved last) is back, no loader accepts the
-    folder, so a crash in between never yields a mix of old and new files that loads."""
-    run, staging = tmp_path / "run", tmp_path / "run" / f"{STAGING_PREFIX}final"
-    staging.mkdir(parents=True)
-    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", METADATA_FILE):
-        (staging / name).write_text(f"new {name}")
-        (run / name).write_text(f"old {name}")
-    real_replace = os.replace
-    moved = []
-
-    def crash_on_second_move(src, dst):
-        if len(moved) == 1:
-            raise OSError(errno.EIO, "simulated crash")
-        moved.append(dst)
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", crash_on_second_move)
-    with pytest.raises(OSError):
-        publish_files(staging, run, last=METADATA_FILE)
-    with pytest.raises(PRMError, match="no prmkit.json"):
-        PRMMetadata.load(run)
-    monkeypatch.setattr(os, "replace", real_replace)
-    publish_files(staging, run, last=METADATA_FILE)
-    assert not staging.exists()
-    assert {p.name: p.read_text() for p in run.iterdir()} == {
-        name: f"new {name}" for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json",
-                                         METADATA_FILE)}
-
-
-def test_republishing_a_checkpoint_survives_a_crash_between_the_renames(tmp_path, monkeypatch):
-    """Re-saving checkpoint-4 (after resuming from an earlier one) moves the old folder aside, then renames the
-    new one in. Killed in between, the next start puts the old folder back instead of losing both."""
-    final, staging = tmp_path / "checkpoint-4", tmp_path / f"{STAGING_PREFIX}checkpoint-4"
-    for folder, text in ((final, "old"), (staging, "new")):
-        folder.mkdir()
-        (folder / "trainer_state.json").write_text(text)
-    real_replace = os.replace
-    calls = []
-
-    def crash_on_second_rename(src, dst):
-        calls.append(dst)
-        if len(calls) == 2:
-            raise OSError(errno.EIO, "simulated crash")
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", crash_on_second_rename)
-    with pytest.raises(OSError):
-        publish_folder(staging, final)
-    monkeypatch.setattr(os, "replace", real_replace)
-    assert not final.exists()
-    remove_stale_staging(tmp_path)
-    assert (final / "trainer_state.json").read_text() == "old" and list(tmp_path.iterdir()) == [final]
-
-    staging.mkdir()
-    (staging / "trainer_state.json").write_text("new")
-    publish_folder(staging, final)
-    assert (final / "trainer_state.json").read_text() == "new" and list(tmp_path.iterdir()) == [final]
-
-
-@pytest.mark.parametrize("output_dir", ["file", "proc"])
-def test_unwritable_output_dir_is_a_prmerror_before_training(output_dir, tmp_path):
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("x")
-    base = blocker if output_dir == "file" else Path("/proc/prmkit-test")
-    config = load_config(None, [f"output_dir={base}", "run_name=run"])
-    with pytest.raises(PRMError, match="cannot write to the run folder"):
-        prepare_run_dir(config)
-
-
-def test_run_folder_that_is_a_file_is_a_prmerror(tmp_path):
-    (tmp_path / "run").write_text("x")
-    with pytest.raises(PRMError, match="is a file"):
-        prepare_run_dir(load_config(None, [f"output_dir={tmp_path}", "run_name=run"]))
-
-
-def test_disk_full_at_the_write_probe_is_a_prmerror(tmp_path, monkeypatch):
-    write_text = Path.write_text
-
-    def full(self, *args, **kwargs):
-        if self.name.startswith(".write-test"):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return write_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "write_text", full)
-    with pytest.raises(PRMError, match="No space left on device"):
-        prepare_run_dir(load_config(None, [f"output_dir={tmp_path}", "run_name=run"]))
-
-
-Usage = namedtuple("Usage", "total used free")
-
-
-def test_too_little_free_space_stops_the_run_before_training(tiny_llama, train_file, tmp_path, monkeypatch):
-    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(10 ** 12, 10 ** 12, 1000))
-    with pytest.raises(PRMError, match=r"only 1000 B free .* one checkpoint's weights alone take about"):
-        train(load_config(write_config(tmp_path, tiny_llama, train_file)))
-    assert not list((tmp_path / "runs" / "run").glob("*checkpoint*"))
-
-
-def test_tight_free_space_warns(tmp_path, monkeypatch, capsys):
-    weights, checkpoint = 4 * 1000, 12 * 1000
-    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, weights + 1))
-    check_free_space(tmp_path, saved_params=1000, trainable_params=1000, checkpoints_kept=3)
-    warning = capsys.readouterr().err
-    assert "warning" in warning and "training.save_total_limit=3" in warning
-    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, 4 * checkpoint + weights))
-    check_free_space(tmp_path, saved_params=1000, trainable_params=1000, checkpoints_kept=3)
-    assert capsys.readouterr().err == ""

@@ -13,8 +13,8 @@ from prmkit.data.records import validate_records
 from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "formats"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "formats"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 STEPWISE = SHARED / "prm800k_phase1_stepwise"
 SAMPLES = SHARED / "prm_format_samples"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real data folder {SHARED} is absent")

@@ -57,12 +57,10 @@ def chain_scores(row):
     return row["step_scores"] if "candidates" in row else [row["step_scores"]]
 
 
-def test_score_under_torchrun_shards_rows_and_writes_one_ordered_file(tmp_path, tiny_llama, tmp_path_factory):
-    from test_score import shared_run
-
+def test_score_under_torchrun_shards_rows_and_writes_one_ordered_file(tmp_path, tiny_run):
     from prmkit.cli import main
 
-    run = shared_run(tiny_llama, tmp_path_factory)
+    run = tiny_run
     rows = generate_records(9, seed=21)
     rows.insert(4, {"prompt": "What is 3 + 3?", "candidates": [["3 + 3 = 6."], "3 + 3 = 7.\n\nSo 7."], "id": "bon"})
     rows.append({"prompt": "What is 2 + 2?", "completion": "2 + 2 = 4.\n\nThe answer is 4."})
@@ -84,10 +82,8 @@ def test_score_under_torchrun_shards_rows_and_writes_one_ordered_file(tmp_path, 
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_a_bad_row_on_one_rank_stops_every_rank_and_writes_nothing(tmp_path, tiny_llama, tmp_path_factory):
-    from test_score import shared_run
-
-    run = shared_run(tiny_llama, tmp_path_factory)
+def test_a_bad_row_on_one_rank_stops_every_rank_and_writes_nothing(tmp_path, tiny_run):
+    run = tiny_run
     rows = generate_records(6, seed=2)
     rows[3] = {"question": "no prompt here"}  # row 4, in chunk 1: rank 1's
     write_jsonl(rows, tmp_path / "in.jsonl")
