@@ -143,8 +143,9 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
         after, chains = evaluate_held_out(PRMScorer.from_pretrained(run_dir, device="cpu"), held_out)
     console.print(_metrics_line(after))
 
-    results = {"before": before, "after": after, "position_baseline": baseline, "optimizer_steps": summary.optimizer_steps,
-               "train_rows": len(train_rows), "held_out_rows": len(held_out), "base": options.base,
+    results = {"before": before, "after": after, "position_baseline": baseline,
+               "optimizer_steps": summary.optimizer_steps, "train_rows": len(train_rows),
+               "held_out_rows": len(held_out), "base": options.base,
                "recipe": {"lr": options.lr, "batch_size": options.batch_size, "top_layers": options.top_layers,
                           "num_layers": options.num_layers, "head_init": options.head_init,
                           "packing": options.packing, "after_error": options.after_error},
@@ -171,7 +172,7 @@ def _before_after_table(before: dict, after: dict, baseline: dict) -> Table:
     table.add_column("trained", justify="right")
     table.add_column("position only", justify="right")
     for name, key in ROWS:
-        table.add_row(name, format_value(before.get(key)), format_value(after.get(key)), format_value(baseline.get(key)))
+        table.add_row(name, *(format_value(metrics.get(key)) for metrics in (before, after, baseline)))
     return table
 
 

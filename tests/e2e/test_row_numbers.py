@@ -64,5 +64,5 @@ def test_a_bad_row_has_the_same_number_in_every_command(files, tiny_run, tiny_ll
 def train_args(model, data, tmp_path) -> list[str]:
     config = tmp_path / "empty.yaml"
     config.write_text("{}\n")
-    return [str(config), f"model.base={model}", f"data.train={data}", "data.max_length=64", f"output_dir={tmp_path / 'runs'}",
-            "training.max_steps=1", "training.batch_size=2"]
+    return [str(config), f"model.base={model}", f"data.train={data}", "data.max_length=64",
+            f"output_dir={tmp_path / 'runs'}", "training.max_steps=1", "training.batch_size=2"]

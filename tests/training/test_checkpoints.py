@@ -1,5 +1,5 @@
 """The checkpoint folder rules, as unit tests: which folder resume picks, and that a crash between renames never
-leaves a folder that loads as a mix of old and new files. (Killing real training runs: tests/e2e/test_reliability.py.)"""
+leaves a folder that loads as a mix of old and new files. Killing real training runs: tests/e2e/test_reliability.py."""
 
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ def test_tight_free_space_warns(tmp_path, monkeypatch, capsys):
     check_free_space(tmp_path, saved_params=1000, trainable_params=1000, checkpoints_kept=3)
     warning = capsys.readouterr().err
     assert "warning" in warning and "training.save_total_limit=3" in warning
-    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage", lambda path: Usage(0, 0, 4 * checkpoint + weights))
+    monkeypatch.setattr("prmkit.training.run_folder.shutil.disk_usage",
+                        lambda path: Usage(0, 0, 4 * checkpoint + weights))
     check_free_space(tmp_path, saved_params=1000, trainable_params=1000, checkpoints_kept=3)
     assert capsys.readouterr().err == ""
 

@@ -5,8 +5,6 @@ import cycle."""
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 # Defaults come from the options dataclasses (light imports: no torch), so each is written once.
 from prmkit.scoring.options import DTYPE_NAMES, ScoringOptions
@@ -52,5 +50,6 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
 def write_json(path: str | None, payload: dict) -> None:
     """A report beside the printed output, when the user asked for one with --json."""
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+        from prmkit.files import write_json_atomic
+
+        write_json_atomic(path, payload)

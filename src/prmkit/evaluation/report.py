@@ -59,7 +59,8 @@ def write_chain_report(path, chains: list[dict], *, title: str, threshold: float
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>", f"<h1>{_esc(title)}</h1>"]
     if summary:
-        rows = "".join(f"<tr><td>{_esc(key)}</td><td>{_esc(format_value(value, '.4g'))}</td></tr>" for key, value in summary.items())
+        rows = "".join(f"<tr><td>{_esc(key)}</td><td>{_esc(format_value(value, '.4g'))}</td></tr>"
+                       for key, value in summary.items())
         parts.append(f'<table class="summary">{rows}</table>')
     legend = "step score: 0" + '<span class="ramp"></span>' + "1"
     if threshold is not None:

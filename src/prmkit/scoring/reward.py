@@ -18,9 +18,11 @@ from typing import Sequence
 from prmkit.errors import PRMError
 from prmkit.scoring.aggregate import AGGREGATIONS, aggregate
 from prmkit.scoring.inputs import Separator, completion_text, prompt_text
+from prmkit.scoring.options import ScoringOptions
 from prmkit.scoring.scorer import PRMScorer
 
 TRUNCATED = ("kept", "floor")
+DEFAULTS = ScoringOptions()
 
 
 class PRMReward:
@@ -33,7 +35,7 @@ class PRMReward:
     """
 
     def __init__(self, scorer: PRMScorer | str | Path, *, aggregate: str = "min", floor: float | None = None,
-                 truncated: str = "kept", separator: Separator = None, batch_size: int = 16,
+                 truncated: str = "kept", separator: Separator = None, batch_size: int = DEFAULTS.batch_size,
                  device: str | None = None, dtype: str | None = None, name: str | None = None):
         if aggregate not in AGGREGATIONS:
             raise PRMError(f"aggregate={aggregate!r} is not known; use one of {', '.join(AGGREGATIONS)}")
