@@ -48,7 +48,8 @@ class DataConfig(Section):
 class LoraSettings(Section):
     r: int = Field(16, gt=0)
     alpha: float = Field(32, gt=0)
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input; above 0 every adapted "
+                           "layer keeps a masked copy of its input for the backward pass (more memory and time)")
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
     top_layers: int | None = Field(None, gt=0, description="Adapt only the last N transformer layers: the backward "
                                    "pass stops there, so a step costs far less (none: every layer)")
@@ -77,6 +78,8 @@ class TrainingConfig(Section):
                                                   "backbone's step features before training (linear probe, then "
                                                   "fine-tune)")
     head_init_rows: int = Field(256, gt=0, description="Training chains the probe is fitted on")
+    head_lr: float | None = Field(None, gt=0, description="Learning rate of the head (none: training.lr); lower it to "
+                                  "keep a probe-fitted head where the probe put it")
     packing: bool = Field(False, description="Padding-free batches: a batch's chains are packed into rows up to its "
                           "longest chain, attention kept within each chain; checked against padded batches at "
                           "the start")

@@ -35,6 +35,7 @@ class DemoOptions:
     top_layers: int | None = 8
     num_layers: int | None = 16  # the head reads layer 16 of 30, near where a linear probe finds the most signal
     head_init: str = "probe"
+    head_lr: float | None = None  # None: the same as lr
     packing: bool = False
     seed: int = 0
     after_error: str = "negative"
@@ -51,8 +52,23 @@ def demo_config(options: DemoOptions) -> Config:
         "loss": {"type": "bce"},
         "training": {"max_steps": options.steps, "batch_size": options.batch_size, "lr": options.lr,
                      "warmup_steps": 5, "logging_steps": 5, "save_steps": max(options.steps // 2, 1),
-                     "seed": options.seed, "packing": options.packing, "head_init": options.head_init},
+                     "seed": options.seed, "packing": options.packing, "head_init": options.head_init,
+                     "head_lr": options.head_lr},
     })
+
+
+def fit_probe_head(model, tokenizer, config: Config) -> dict:
+    """Fit the head as training will (`training.head_init: probe`: the same chains, tokenized the same way) and
+    write it into `model`, so the demo can show where training starts; `train` then reuses this head."""
+    from prmkit.data.io import load_records
+    from prmkit.tokenize import tokenize_records
+    from prmkit.training.head_init import init_head_from_probe
+
+    records, _ = load_records(config.data.train)
+    chains, _ = tokenize_records(tokenizer, records, separator=config.data.separator,
+                                 max_length=config.data.max_length)
+    return init_head_from_probe(model, chains, tokenizer.pad_token_id, config.loss.type,
+                                config.training.head_init_rows)
 
 
 def position_baseline(records: list[dict]) -> dict:
@@ -119,11 +135,18 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
 
     config = demo_config(options)
 
-    console.rule("[bold]3/5  Held-out chains scored by the untrained head")
+    start = START_HEADS[options.head_init]
+    console.rule(f"[bold]3/5  Held-out chains scored by the {start} head training starts from")
     set_seed(options.seed)
     tokenizer = load_tokenizer(base_path)
     untrained = load_token_classifier(base_path, num_layers=options.num_layers)
     untrained.config.pad_token_id = tokenizer.pad_token_id
+    fitted_head = None
+    if options.head_init == "probe":
+        with console.status("fitting the head as a linear probe ..."):
+            fitted_head = fit_probe_head(untrained, tokenizer, config)
+        console.print(f"head fitted as a linear probe on {fitted_head['steps']} labelled steps of "
+                      f"{fitted_head['chains']} training chains")
     metadata = PRMMetadata.from_config(config, base_path, finetune="none")
     with console.status("scoring ..."):
         before, _ = evaluate_held_out(PRMScorer(untrained, tokenizer, metadata, device="cpu"), held_out)
@@ -134,7 +157,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     console.print(f"for comparison, step position alone gives a step AUROC of {format_value(baseline['auroc'])}")
 
     console.rule(f"[bold]4/5  Training a LoRA PRM for {options.steps} steps")
-    summary = train(config, overwrite=True)
+    summary = train(config, overwrite=True, fitted_head=fitted_head)
     print_summary(summary, console)
 
     console.rule("[bold]5/5  Held-out chains scored by the trained PRM")
@@ -144,31 +167,32 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     console.print(_metrics_line(after))
 
     results = {"before": before, "after": after, "position_baseline": baseline,
-               "optimizer_steps": summary.optimizer_steps, "train_rows": len(train_rows),
+               "start_head": start, "optimizer_steps": summary.optimizer_steps, "train_rows": len(train_rows),
                "held_out_rows": len(held_out), "base": options.base,
                "recipe": {"lr": options.lr, "batch_size": options.batch_size, "top_layers": options.top_layers,
                           "num_layers": options.num_layers, "head_init": options.head_init,
-                          "packing": options.packing, "after_error": options.after_error},
+                          "head_lr": options.head_lr, "packing": options.packing, "after_error": options.after_error},
                "seconds": round(time.perf_counter() - started, 1), "run_dir": str(run_dir)}
     report = write_chain_report(out / "report.html", chains,
                                 title="prmkit demo: held-out chains scored by the trained PRM",
-                                threshold=0.5, summary=_report_summary(before, after))
+                                threshold=0.5, summary=_report_summary(before, after, start))
     loss_png = plot_training_loss(run_dir, out / "loss.png")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    console.print(_before_after_table(before, after, baseline))
+    console.print(_before_after_table(before, after, baseline, start))
     console.print(f"report: {report}\nloss curve: {loss_png}\nnumbers: {out / 'results.json'}\n"
                   f"model: {run_dir}  (score with PRMScorer.from_pretrained or `prmkit score`)\n"
                   f"total time: {results['seconds']:.0f} s")
     return results
 
 
+START_HEADS = {"random": "untrained", "probe": "probe-fitted"}
 ROWS = (("step AUROC", "auroc"), ("step accuracy @0.5", "accuracy"), ("first-error accuracy", "first_error_accuracy"))
 
 
-def _before_after_table(before: dict, after: dict, baseline: dict) -> Table:
-    table = Table(title="held-out chains: untrained head vs trained PRM", title_justify="left")
+def _before_after_table(before: dict, after: dict, baseline: dict, start: str) -> Table:
+    table = Table(title=f"held-out chains: {start} head vs trained PRM", title_justify="left")
     table.add_column("metric")
-    table.add_column("untrained", justify="right")
+    table.add_column(start, justify="right")
     table.add_column("trained", justify="right")
     table.add_column("position only", justify="right")
     for name, key in ROWS:
@@ -176,8 +200,8 @@ def _before_after_table(before: dict, after: dict, baseline: dict) -> Table:
     return table
 
 
-def _report_summary(before: dict, after: dict) -> dict:
-    return {f"{name} (untrained -> trained)": f"{format_value(before.get(key))} -> {format_value(after.get(key))}"
+def _report_summary(before: dict, after: dict, start: str) -> dict:
+    return {f"{name} ({start} -> trained)": f"{format_value(before.get(key))} -> {format_value(after.get(key))}"
             for name, key in ROWS}
 
 

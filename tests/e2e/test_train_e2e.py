@@ -142,7 +142,7 @@ def grad_norm_and_loss_after_one_step(tiny_llama, train_file, out, batch_size, a
         f"output_dir={out}", f"run_name=ga{accumulation}", "training.max_steps=1", "training.logging_steps=1",
         f"training.batch_size={batch_size}", f"training.gradient_accumulation_steps={accumulation}",
         "lora.dropout=0.0"]))
-    log = json.loads((out / f"ga{accumulation}" / "checkpoint-1" / "trainer_state.json").read_text())["log_history"]
+    log = json.loads((out / f"ga{accumulation}" / "trainer_state.json").read_text())["log_history"]
     return log[0]["loss"], log[0]["grad_norm"], summary
 
 

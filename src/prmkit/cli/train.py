@@ -46,6 +46,8 @@ def register(commands) -> None:
     demo.add_argument("--head-init", default=defaults.head_init, choices=["random", "probe"],
                       help="start the head from a linear probe of the backbone (default: %(default)s)")
     demo.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default: %(default)s)")
+    demo.add_argument("--head-lr", type=float, default=defaults.head_lr,
+                      help="learning rate of the head (default: the same as --lr)")
     demo.add_argument("--after-error", default=defaults.after_error, choices=["negative", "unlabelled"],
                       help="labels of steps after the first error (default: %(default)s)")
     demo.add_argument("--seed", type=int, default=defaults.seed)
@@ -91,7 +93,8 @@ def cmd_demo(args) -> int:
     quiet_transformers()
     run_demo(DemoOptions(out=Path(args.out), base=args.base, rows=args.rows, val_rows=args.val_rows, steps=args.steps,
                          batch_size=args.batch_size, top_layers=args.top_layers or None, seed=args.seed,
-                         after_error=args.after_error, lr=args.lr, num_layers=args.num_layers or None,
+                         after_error=args.after_error, lr=args.lr, head_lr=args.head_lr,
+                         num_layers=args.num_layers or None,
                          packing=args.packing, head_init=args.head_init,
                          overwrite=args.overwrite))
     return 0

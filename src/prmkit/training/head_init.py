@@ -75,12 +75,17 @@ def fit_linear_head(features: torch.Tensor, labels: torch.Tensor, loss_type: str
 
 
 def init_head_from_probe(model, chains, pad_token_id: int, loss_type: str, rows: int) -> dict:
-    """Fit the head on up to `rows` chains and write it into the model; returns what the fit saw."""
+    """Fit the head on up to `rows` chains and write it into the model; returns what the fit saw and the head
+    (`weight`, `bias`), which `set_head` can put into another copy of the same backbone."""
     features, labels = step_features(model, chains[:rows], pad_token_id)
     weight, bias = fit_linear_head(features, labels, loss_type)
+    set_head(model, weight, bias)
+    return {"chains": min(rows, len(chains)), "steps": int(labels.numel()), "weight": weight, "bias": bias}
+
+
+def set_head(model, weight: torch.Tensor, bias: torch.Tensor) -> None:
     head = getattr(model, head_name(model))
     with torch.no_grad():
         head.weight.copy_(weight.to(head.weight.dtype).view_as(head.weight))
         if head.bias is not None:
             head.bias.copy_(bias.to(head.bias.dtype).view_as(head.bias))
-    return {"chains": min(rows, len(chains)), "steps": int(labels.numel())}

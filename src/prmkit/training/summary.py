@@ -32,6 +32,7 @@ class RunSummary:
     prompts_truncated: int  # chains whose prompt was left-truncated so that the first step fits
     rows_skipped_invalid: int
     eval_metrics: dict = field(default_factory=dict)
+    start_eval_metrics: dict = field(default_factory=dict)  # the head training started from (head_init: probe)
     resumed_from: str | None = None
 
     @classmethod
@@ -52,13 +53,26 @@ class RunSummary:
             reasoning_steps_dropped=train_stats.steps_dropped + val_stats.steps_dropped,
             prompts_truncated=train_stats.prompts_truncated + val_stats.prompts_truncated,
             rows_skipped_invalid=sum(r.rows_skipped for r in reports),
-            eval_metrics={k.removeprefix("eval_"): v for k, v in eval_metrics.items()
-                          if k.removeprefix("eval_") in ("loss", "accuracy", "auroc", "mse", "n_steps")},
+            eval_metrics=_eval_keys(eval_metrics),
+            start_eval_metrics=_eval_keys(next((e for e in log_history if e.get("step") == 0 and "eval_loss" in e),
+                                               {})),
             resumed_from=resumed_from,
         )
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _eval_keys(metrics: dict) -> dict:
+    return {k.removeprefix("eval_"): v for k, v in metrics.items()
+            if k.removeprefix("eval_") in ("loss", "accuracy", "auroc", "mse", "n_steps")}
+
+
+def _with_start(value, start) -> str:
+    """An evaluation number, after the one of the starting head when there was one: 'start -> end'."""
+    if start is None or isinstance(value, int):
+        return format_value(value, '.4f')
+    return f"{format_value(start, '.4f')} -> {format_value(value, '.4f')} (probe head -> trained)"
 
 
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
@@ -82,7 +96,7 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         ("prompts left-truncated", str(summary.prompts_truncated)),
         ("invalid rows skipped", str(summary.rows_skipped_invalid)),
     ]
-    rows += [(f"eval {k}", format_value(v, '.4f')) for k, v in summary.eval_metrics.items()]
+    rows += [(f"eval {k}", _with_start(v, summary.start_eval_metrics.get(k))) for k, v in summary.eval_metrics.items()]
     rows.append(("output", summary.run_dir))
     for name, value in rows:
         table.add_row(name, value)

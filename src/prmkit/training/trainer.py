@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from prmkit.backbones import resolve_base
 from prmkit.config import Config, config_to_yaml
@@ -27,6 +27,7 @@ from prmkit.model import (
     PRMMetadata,
     add_separator_token,
     apply_lora,
+    head_name,
     load_token_classifier,
     load_tokenizer,
     parameter_counts,
@@ -35,7 +36,7 @@ from prmkit.model import (
 )
 from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
-from prmkit.training.head_init import init_head_from_probe
+from prmkit.training.head_init import init_head_from_probe, set_head
 from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
 from prmkit.training.run_folder import check_free_space, prepare_run_dir
 from prmkit.training.summary import RunSummary
@@ -61,9 +62,27 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
     trained_tokens = 0
     padded_tokens = 0
 
-    def __init__(self, *args, metadata: PRMMetadata, **kwargs):
+    def __init__(self, *args, metadata: PRMMetadata, head_lr: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.metadata = metadata
+        self.head_lr = head_lr
+
+    def create_optimizer(self, model=None):
+        """The engine's optimizer, with the head's parameters in groups of their own at `training.head_lr`. Adam
+        moves every weight by about the learning rate per step whatever its gradient, so a head fitted as a probe
+        (already at its optimum, with small weights) is shaken loose by a learning rate meant for the adapters."""
+        optimizer = super().create_optimizer(model)
+        if self.head_lr is not None:
+            head = head_name(self.model)  # a peft model answers for the model it wraps
+            head_ids = {id(p) for n, p in self.model.named_parameters() if head in n.split(".")}
+            for group in list(optimizer.param_groups):
+                moved = [p for p in group["params"] if id(p) in head_ids]
+                if moved:
+                    group["params"] = [p for p in group["params"] if id(p) not in head_ids]
+                    optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"},
+                                               "params": moved, "lr": self.head_lr})
+            optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
+        return optimizer
 
     def write_extras(self, folder: Path) -> None:
         self.metadata.save(folder)
@@ -76,6 +95,18 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
             self.padded_tokens += inputs["input_ids"].numel()
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
+
+
+class NoDuplicateFinalCheckpoint(TrainerCallback):
+    """transformers saves a checkpoint after the last optimizer step even when it is not a multiple of
+    `save_steps`; the final model is written into the run folder right after, so that checkpoint only repeats it
+    (with optimizer state: three times the weights for a full fine-tune). Checkpoints on the `save_steps` grid are
+    kept as they are."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps and state.global_step % args.save_steps:
+            control.should_save = False
+        return control
 
 
 def loss_function(loss_type: str, outputs, labels, num_items_in_batch=None):
@@ -114,6 +145,7 @@ def training_arguments(config: Config, run_dir: Path, has_eval: bool) -> Trainin
         seed=t.seed, data_seed=t.seed,
         logging_steps=t.logging_steps, logging_first_step=True,
         eval_strategy=("steps" if t.eval_steps else "epoch") if has_eval else "no", eval_steps=t.eval_steps,
+        eval_on_start=has_eval and t.head_init == "probe",  # held-out metrics of the starting head, for the summary
         save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit,
         report_to=t.report_to or "none", dataloader_num_workers=t.dataloader_num_workers,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
@@ -145,7 +177,10 @@ def load_splits(config: Config):
     return train_records, val_records, reports
 
 
-def train(config: Config, *, overwrite: bool = False) -> RunSummary:
+def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None = None) -> RunSummary:
+    """Train a PRM as `config` says; returns the run summary (also in RUN/summary.json). `fitted_head`, the result
+    of `init_head_from_probe` on the same backbone and chains, saves fitting the probe again (the demo fits it
+    first to show where training starts)."""
     set_seed(config.training.seed)
     # Data problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
@@ -172,8 +207,12 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
 
     args = training_arguments(config, run_dir, bool(val_chains))
     if config.training.head_init == "probe" and not resume_from:  # a resumed run has its trained head
-        fitted = init_head_from_probe(model.to(args.device), train_chains, tokenizer.pad_token_id, config.loss.type,
-                                      config.training.head_init_rows)
+        if fitted_head is not None:
+            set_head(model, fitted_head["weight"], fitted_head["bias"])
+            fitted = fitted_head
+        else:
+            fitted = init_head_from_probe(model.to(args.device), train_chains, tokenizer.pad_token_id,
+                                          config.loss.type, config.training.head_init_rows)
         if args.process_index == 0:
             print(f"prmkit: head fitted as a linear probe on {fitted['steps']} labelled steps of {fitted['chains']} "
                   "training chains", flush=True)
@@ -197,7 +236,7 @@ def train(config: Config, *, overwrite: bool = False) -> RunSummary:
         processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
-        metadata=metadata,
+        metadata=metadata, head_lr=config.training.head_lr, callbacks=[NoDuplicateFinalCheckpoint()],
     )
     if trainer.is_world_process_zero():
         write_text_atomic(run_dir / "config.yaml", config_to_yaml(config))

@@ -1,0 +1,164 @@
+"""prmkit beside the systems it replaces, each running its own code in its own environment on the same rows.
+
+    python bench/peers.py --peers-dir PEERS --harness ../shared/peers --rows 240 [--repeats 2] [--eval-rows 300]
+
+PEERS holds two virtual environments, made as ../shared/peers/README.md says: `trl/` (TRL 1.13.0, whose
+experimental PRMTrainer is run by the harness's trl_prm.py) and `soup/` (soup-cli 0.75.2, the fine-tuning CLI whose
+PRM path prmkit replaces). Every system trains on the same PRM800K phase-1 rows (the harness's prm800k_rows.py),
+max_length 256, batch 4, one epoch, on the CPU, one run at a time, in the order TRL, prmkit LoRA, soup, prmkit full
+(repeated `--repeats` times, interleaved, so a slow spell of the shared machine hits every system alike):
+
+    trl LoRA       r16 all-linear, lr 1e-4, dropout 0 (peft's default, which TRL keeps)
+    prmkit LoRA    the same LoRA, lr and separator ("\\n")
+    soup full      full fine-tune, lr 1e-5 (it computes full-vocabulary logits)
+    prmkit full    full fine-tune, lr 1e-5
+
+Each run is timed whole (`/usr/bin/time`: wall seconds and peak RSS), model loading and saving included, as a user
+would wait for it. With --eval-rows, each trained PRM then scores held-out phase-1 test rows with its own
+tokenization and reports the AUROC of the rated last step: TRL and soup through the harness's peer_eval.py, prmkit
+through PRMScorer. Results go to bench/results/peers.json and are printed as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from prmkit.backbones import resolve_base  # noqa: E402
+from prmkit.evaluation.metrics import auroc  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "prm800k_phase1_stepwise"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peers-dir", required=True, type=Path)
+    parser.add_argument("--harness", type=Path, default=ROOT.parent / "shared" / "peers")
+    parser.add_argument("--rows", type=int, default=240)
+    parser.add_argument("--eval-rows", type=int, default=0, help="held-out rows to score (0: timing only)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--systems", default="trl,pk-lora,soup,pk-full")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/prmkit-peers"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "peers.json")
+    args = parser.parse_args()
+
+    base = resolve_base("smollm2-135m")
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    train_rows = work / "train.jsonl"
+    run([sys.executable, str(args.harness / "prm800k_rows.py"),
+         str(DATA / "phase1_train_plus.stepwise-critic.parquet"), str(train_rows), str(args.rows), "0"])
+    if args.eval_rows:
+        run([sys.executable, str(args.harness / "prm800k_rows.py"), str(DATA / "phase1_test.stepwise-critic.parquet"),
+             str(work / "eval.jsonl"), str(args.eval_rows), "1"])
+
+    commands = {
+        "trl": lambda out: [str(args.peers_dir / "trl" / "bin" / "python"), str(args.harness / "trl_prm.py"), base,
+                            str(train_rows), str(out), "lora", "256"],
+        "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
+                                            "training.lr=1e-4"),
+        "soup": lambda out: soup_train(args, work, base, train_rows, out),
+        "pk-full": lambda out: prmkit_train(work, base, train_rows, out, "model.finetune=full", "training.lr=1e-5"),
+    }
+    systems = args.systems.split(",")
+    results: dict[str, list[dict]] = {name: [] for name in systems}
+    for repeat in range(args.repeats):
+        for name in systems:
+            out = work / f"{name}-{repeat}"
+            measured = timed(commands[name](out), work / f"{name}-{repeat}")
+            measured["rows_per_s"] = round(args.rows / measured["wall_s"], 3)
+            results[name].append(measured)
+            print(f"{name} #{repeat}: {measured}", flush=True)
+    summary = {name: {"wall_s": statistics.median(r["wall_s"] for r in runs),
+                      "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
+                      "peak_rss_gb": statistics.median(r["peak_rss_gb"] for r in runs), "runs": runs}
+               for name, runs in results.items()}
+    if args.eval_rows:
+        for name in systems:
+            summary[name]["heldout_last_step_auroc"] = evaluate(name, work / f"{name}-0", args, base,
+                                                                work / "eval.jsonl")
+    ratios = {}
+    for ours, peer in (("pk-lora", "trl"), ("pk-full", "soup")):
+        if ours in summary and peer in summary:
+            ratios[f"{ours} / {peer}"] = {
+                "rows_per_s": round(summary[ours]["rows_per_s"] / summary[peer]["rows_per_s"], 3),
+                "peak_rss": round(summary[ours]["peak_rss_gb"] / summary[peer]["peak_rss_gb"], 3)}
+    payload = {"rows": args.rows, "max_length": 256, "batch_size": 4, "repeats": args.repeats, "systems": summary,
+               "ratios": ratios, "command": " ".join(sys.argv)}
+    args.out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print(table(payload))
+
+
+def prmkit_train(work: Path, base: str, train_rows: Path, out: Path, *overrides: str) -> list[str]:
+    config = work / "pk.yaml"
+    config.write_text(json.dumps({"model": {"base": base}, "data": {"train": str(train_rows), "max_length": 256,
+                                                                    "separator": "\n"},
+                                  "training": {"batch_size": 4, "epochs": 1, "save_steps": 100000}}))
+    return [str(Path(sys.executable).parent / "prmkit"), "train", str(config), f"output_dir={out.parent}",
+            f"run_name={out.name}", *overrides, "--overwrite"]
+
+
+def soup_train(args, work: Path, base: str, train_rows: Path, out: Path) -> list[str]:
+    text = (args.harness / "soup_prm.yaml").read_text(encoding="utf-8")
+    config = work / f"soup-{out.name}.yaml"
+    config.write_text(text.replace("MODEL_DIR", base).replace("./train200.jsonl", str(train_rows))
+                      .replace("./out", str(out)), encoding="utf-8")
+    return [str(args.peers_dir / "soup" / "bin" / "soup"), "train", "-c", str(config), "-n", "run", "-y"]
+
+
+def timed(command: list[str], log: Path) -> dict:
+    """Wall time and peak RSS of one whole run, as /usr/bin/time measures them."""
+    time_file = log.with_suffix(".time")
+    with open(log.with_suffix(".log"), "w") as handle:
+        done = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(time_file), *command], stdout=handle,
+                              stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"{command[0]} failed ({done.returncode}); see {log.with_suffix('.log')}")
+    wall, rss_kb = time_file.read_text().split()[-2:]
+    return {"wall_s": float(wall), "peak_rss_gb": round(int(rss_kb) / 1024 ** 2, 3)}
+
+
+def evaluate(name: str, run_dir: Path, args, base: str, eval_rows: Path) -> float | None:
+    """Last-step AUROC on held-out rows, each system reading chains with its own tokenization."""
+    if name.startswith("pk-"):
+        from prmkit import PRMScorer
+
+        rows = [json.loads(line) for line in eval_rows.read_text().splitlines()]
+        scorer = PRMScorer.from_pretrained(run_dir, max_length=256, device="cpu")
+        scores, labels = [], []
+        for row, steps in zip(rows, scorer.score_many([(r["prompt"], r["completions"]) for r in rows])):
+            if steps and steps[-1] is not None:  # the rated last step fits in 256 tokens
+                scores.append(steps[-1])
+                labels.append(float(row["labels"][-1]))
+        return round(auroc(scores, labels), 4)
+    venv = args.peers_dir / ("trl" if name == "trl" else "soup") / "bin" / "python"
+    if name == "soup":
+        run_dir = next(run_dir.rglob("model.safetensors")).parent
+    line = subprocess.run([str(venv), str(args.harness / "peer_eval.py"), name, str(run_dir), base, str(eval_rows),
+                           "256"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return json.loads(line)["auroc"]
+
+
+def run(command: list[str]) -> None:
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def table(payload: dict) -> str:
+    lines = ["| system | rows/s | peak RSS (GB) | wall (s) | held-out last-step AUROC |", "|---|---:|---:|---:|---:|"]
+    for name, s in payload["systems"].items():
+        lines.append(f"| {name} | {s['rows_per_s']:.3f} | {s['peak_rss_gb']:.2f} | {s['wall_s']:.1f} | "
+                     f"{s.get('heldout_last_step_auroc', '-')} |")
+    for pair, r in payload["ratios"].items():
+        lines.append(f"\n{pair}: {r['rows_per_s']:.2f}x rows/s, {r['peak_rss']:.2f}x peak RSS")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
