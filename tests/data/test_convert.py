@@ -259,7 +259,8 @@ def test_bad_input_raises_with_file_row_field_and_fix(tmp_path):
 def test_every_format_lists_its_options():
     assert format_options("prm800k") == {"neutral": "positive", "human_steps": "positive", "skip_finish_reasons": ()}
     assert format_options("processbench") == {"after_error": "unlabelled"}
-    assert set(FORMATS) == {"prm800k", "prm800k-stepwise", "math-shepherd", "processbench", "math-aps", "trl"}
+    assert set(FORMATS) == {"prm800k", "prm800k-stepwise", "math-shepherd", "processbench", "math-aps", "prmbench",
+                            "trl"}
 
 
 # ---------------------------------------------------------------- the real files in ../shared/data

@@ -15,7 +15,7 @@ def register(commands) -> None:
     convert = sub.add_parser("convert", help="convert PRM800K, Math-Shepherd, ProcessBench, ... into prmkit records",
                              description="Options are key=value, e.g. neutral=ignore or after_error=negative.")
     convert.add_argument("--from", dest="source_format", required=True, metavar="FORMAT",
-                         help="prm800k, prm800k-stepwise, math-shepherd, processbench, math-aps, trl")
+                         help="prm800k, prm800k-stepwise, math-shepherd, processbench, math-aps, prmbench, trl")
     convert.add_argument("input")
     convert.add_argument("output", help="JSONL file to write")
     convert.add_argument("options", nargs="*", help="format options as key=value")

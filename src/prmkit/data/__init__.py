@@ -1,4 +1,4 @@
 """Data before training: `records` (the record contract and its validation), `rows` (the one row reader, with
 row numbers), `io` (rows to validated records), `convert` + `formats_*` (PRM800K, Math-Shepherd, ProcessBench,
-MATH-APS, TRL layouts), `stats` (validate, statistics, grouped split) and `synthetic` (arithmetic chains with
-injected errors)."""
+MATH-APS, PRMBench, TRL layouts), `stats` (validate, statistics, grouped split) and `synthetic` (arithmetic
+chains with injected errors)."""

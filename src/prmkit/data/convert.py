@@ -7,6 +7,7 @@ Formats and their options (defaults first):
   math-shepherd     `input` with "ки" step tags and `label` with +/- in their place: strip_step_prefix=False
   processbench      earliest-error benchmark rows: after_error="unlabelled"|"negative"
   math-aps          OmegaPRM search-tree nodes with mc_value: threshold=None (soft labels) or a float
+  prmbench          PRMBench rows (modified_process, error_steps, classification): strip_step_prefix=False
   trl               records already in contract form: scheme="auto"|"binary"|"ternary", neutral,
                     skip_invalid=False
 
@@ -24,6 +25,7 @@ from typing import Any, Callable, Sequence
 from prmkit.data.formats_base import ConversionReport, RowContext, check_bool, check_choice
 from prmkit.data.formats_montecarlo import convert_math_aps, convert_math_shepherd
 from prmkit.data.formats_prm800k import convert_prm800k, convert_prm800k_stepwise
+from prmkit.data.formats_prmbench import convert_prmbench
 from prmkit.data.records import LabelScheme, NeutralPolicy, validate_records
 from prmkit.data.rows import read_rows
 from prmkit.errors import PRMError
@@ -32,7 +34,8 @@ from prmkit.files import write_jsonl
 AFTER_ERROR = {"unlabelled": None, "negative": 0.0}
 
 __all__ = ["ConversionReport", "FORMATS", "convert", "convert_rows", "convert_math_aps", "convert_math_shepherd",
-           "convert_prm800k", "convert_prm800k_stepwise", "convert_processbench", "convert_trl", "write_jsonl"]
+           "convert_prm800k", "convert_prm800k_stepwise", "convert_prmbench", "convert_processbench", "convert_trl",
+           "write_jsonl"]
 
 
 def convert_processbench(rows: Sequence[Any], source: str, *,
@@ -113,6 +116,7 @@ FORMATS: dict[str, Callable[..., tuple[list[dict], ConversionReport]]] = {
     "math-shepherd": convert_math_shepherd,
     "processbench": convert_processbench,
     "math-aps": convert_math_aps,
+    "prmbench": convert_prmbench,
     "trl": convert_trl,
 }
 

@@ -93,6 +93,8 @@ def guess_format(row: Any) -> str | None:
         return "processbench"
     if {"question", "reasoning_steps"} <= keys:
         return "math-aps"
+    if {"modified_process", "error_steps", "classification"} <= keys:
+        return "prmbench"
     return None
 
 

@@ -1,12 +1,15 @@
 """`prmkit eval`: score labelled data with a trained PRM and report step metrics, the ProcessBench first-error
-protocol and best-of-N accuracy, as a table, metrics.json, an HTML page of chains and PNG plots.
+protocol, PRMBench's PRMScore and best-of-N accuracy, as a table, metrics.json, an HTML page of chains and PNG
+plots.
 
 What each row contributes:
   labels                       step metrics (AUROC, accuracy/precision/recall/F1 at the threshold, MSE, ECE);
   first_error (or labels)      ProcessBench: predicted first error = first step scoring below the threshold;
   correct/final_answer_correct best-of-N, for rows that share a prompt (or a candidates row with a `correct`
-                               list); majority vote where every candidate has an `answer`.
-Raw ProcessBench files (`problem`, `steps`, `label`) are converted on the fly, as `prmkit data convert` would.
+                               list); majority vote where every candidate has an `answer`;
+  prmbench_class (and labels)  PRMBench: PRMScore overall, per error class and per dimension.
+Raw ProcessBench files (`problem`, `steps`, `label`) and raw PRMBench files (`modified_process`, `error_steps`,
+`classification`) are converted on the fly, as `prmkit data convert` would.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from prmkit.data.rows import Row, RowReader
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import best_of_n_metrics, step_metrics
 from prmkit.evaluation.options import EvalOptions
+from prmkit.evaluation.prmbench import DEFAULT_THRESHOLD as PRMBENCH_THRESHOLD
+from prmkit.evaluation.prmbench import prmbench_metrics
 from prmkit.evaluation.processbench import (
     average_f1,
     calibrate_threshold,
@@ -54,7 +59,7 @@ class EvalResult:
     loss: str
     max_length: int
     threshold: Threshold
-    splits: dict[str, dict]  # per split: rows, timing, step metrics, processbench, best_of_n
+    splits: dict[str, dict]  # per split: rows, timing, step metrics, processbench, prmbench, best_of_n
     processbench_average_f1: float | None
     out: Path
     outputs: dict[str, str | None]  # report, roc, calibration, training_loss -> file written (None: not made)
@@ -80,6 +85,7 @@ class Chain:
     answer: object = None
     group: str = ""  # chains of one problem (best-of-N)
     title: str = ""
+    prmbench_class: str | None = None  # PRMBench's error class (`classification`), e.g. "circular"
     scores: list[float | None] = field(default_factory=list)
 
 
@@ -111,7 +117,7 @@ def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None,
         correct = row.get("correct", row.get("final_answer_correct"))
         chains.append(Chain(parsed.prompt, parsed.steps[0], labels, first_error,
                             None if correct is None else bool(correct), row.get("answer"), group=parsed.prompt,
-                            title=str(row.get("id", f"row {number}"))))
+                            title=str(row.get("id", f"row {number}")), prmbench_class=_prmbench_class(row, where)))
     return Split(name or path.stem, path, chains)
 
 
@@ -151,6 +157,15 @@ def _labels(row: dict, where: str, scheme: str, neutral: str, n_steps: int) -> l
         return [normalise_label(value, scheme, neutral) for value in labels]
     except ValueError as err:
         raise PRMError(f"{where}, field 'labels': {err}") from None
+
+
+def _prmbench_class(row: dict, where: str) -> str | None:
+    value = row.get("prmbench_class")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise PRMError(f"{where}, field 'prmbench_class': expected PRMBench's error class as a string, e.g. "
+                       f"'circular', got {value!r:.60}; convert PRMBench rows with `prmkit data convert --from "
+                       "prmbench`")
+    return value
 
 
 def _candidate_chains(row: dict, parsed, where: str, number: int) -> list[Chain]:
@@ -218,6 +233,12 @@ def split_metrics(split: Split, threshold: float) -> dict:
         oracle = calibrate_threshold(step_scores, gold)
         result["processbench"]["oracle_threshold"] = oracle["threshold"]
         result["processbench"]["oracle_f1"] = oracle["f1"]
+    bench = [c for c in split.chains if c.prmbench_class is not None]
+    if bench:
+        result["prmbench"] = prmbench_metrics(
+            [c.prmbench_class for c in bench], [c.scores for c in bench],
+            [c.labels if c.labels is not None else [None] * len(c.scores) for c in bench],
+            PRMBENCH_THRESHOLD)  # the protocol's fixed 0.5, so scores compare with PRMBench's leaderboard
     groups = best_of_n_groups(split)
     result["best_of_n"] = best_of_n_metrics(groups, list(AGGREGATIONS)) if groups else None
     return result
@@ -292,6 +313,8 @@ def write_outputs(result: EvalResult, splits: list[Split], max_report_chains: in
         summary[f"{name}: chains shown"] = f"{shown} of {m['rows']}"
         if m.get("processbench"):
             summary[f"{name}: ProcessBench F1"] = m["processbench"]["f1"]
+        if m.get("prmbench"):
+            summary[f"{name}: PRMBench PRMScore"] = m["prmbench"]["overall"]["prmscore"]
         if m.get("step"):
             summary[f"{name}: step AUROC"] = m["step"]["auroc"]
     outputs = {"report": write_chain_report(target / "report.html", chains, title=f"prmkit eval: {run}",

@@ -1,4 +1,5 @@
-"""`prmkit eval`'s results as rich tables: step metrics, ProcessBench and best-of-N, one row (or column) per split."""
+"""`prmkit eval`'s results as rich tables: step metrics, ProcessBench and best-of-N, one row (or column) per split,
+and one PRMBench table per split that has PRMBench rows."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from rich.table import Table
 
 from prmkit.display import format_value
 from prmkit.evaluation.evaluate import EvalResult
+from prmkit.evaluation.prmbench import CLASSES
 from prmkit.scoring.aggregate import AGGREGATIONS
 
 
 def render_tables(result: EvalResult) -> list[Table]:
-    """The metrics as rich tables: step metrics, ProcessBench and best-of-N, one row per split."""
+    """The metrics as rich tables: step metrics, ProcessBench, PRMBench and best-of-N."""
     splits = result.splits
     tables = []
     step = Table(title="step metrics (threshold " + f"{result.threshold.value:.4g}, "
@@ -37,6 +39,8 @@ def render_tables(result: EvalResult) -> list[Table]:
         pb.add_row("average", "", "", "", "", format_value(result.processbench_average_f1), "", style="bold")
         tables.append(pb)
 
+    tables += [prmbench_table(name, m["prmbench"]) for name, m in splits.items() if m.get("prmbench")]
+
     bon_rows = {name: m["best_of_n"] for name, m in splits.items() if m.get("best_of_n")}
     if bon_rows:
         # methods as rows, splits as columns: a narrow terminal still shows every number
@@ -53,3 +57,24 @@ def render_tables(result: EvalResult) -> list[Table]:
         bon.add_row("oracle (any correct)", *(format_value(r["oracle"]) for r in bon_rows.values()))
         tables.append(bon)
     return tables
+
+
+def prmbench_table(split: str, result: dict) -> Table:
+    """Overall, each error class (with the leaderboard's column name) and each dimension's mean PRMScore."""
+    table = Table(title=f"PRMBench {split}: PRMScore = (F1 correct + F1 wrong) / 2, a step passes if its score "
+                  f"> {result['threshold']:.4g}", title_justify="left")
+    for title in ("class", "chains", "correct steps", "wrong steps", "F1 correct", "F1 wrong", "PRMScore"):
+        table.add_column(title, justify="left" if title == "class" else "right")
+
+    def add(label: str, m: dict, style: str | None = None) -> None:
+        table.add_row(label, str(m["chains"]), str(m["correct_steps"]), str(m["wrong_steps"]),
+                      format_value(m["f1_correct"]), format_value(m["f1_wrong"]), format_value(m["prmscore"]),
+                      style=style)
+
+    add("overall", result["overall"], style="bold")
+    for name, m in result["classes"].items():
+        add(f"{name} ({CLASSES[name]})" if name in CLASSES else name, m)
+    for dimension, value in result["dimensions"].items():
+        if value is not None:
+            table.add_row(f"{dimension} (mean)", "", "", "", "", "", format_value(value), style="italic")
+    return table
