@@ -2,17 +2,18 @@
 
 The public API, importable from `prmkit` itself (these names stay where they are when modules move):
 
-    from prmkit import PRMScorer, PRMReward, train, load_config, Config, PRMError
+    from prmkit import PRMScorer, PRMReward, RemotePRMReward, train, load_config, Config, PRMError
 
 The package reads as the pipeline: `data` (records, rows, converters) -> `training` -> `scoring` (scorer, score
-files, reward, export) -> `evaluation` (metrics, ProcessBench, reports), with the command line in `cli` and the
-pieces every stage shares (config, tokenize, model, loss, device, errors) at the top. Names load on first use, so
+files, reward, export) -> `evaluation` (metrics, ProcessBench, reports) and `serving` (prmkit serve), with the
+command line in `cli` and the pieces every stage shares (config, tokenize, model, loss, device, errors) at the
+top. Names load on first use, so
 `import prmkit` (and `prmkit --help`) does not pay for torch and transformers.
 """
 
 from __future__ import annotations
 
-__all__ = ["PRMScorer", "PRMReward", "ScoringOptions", "train", "load_config", "Config", "evaluate", "EvalOptions",
+__all__ = ["PRMScorer", "PRMReward", "RemotePRMReward", "ScoringOptions", "train", "load_config", "Config", "evaluate", "EvalOptions",
            "PRMError"]
 
 
@@ -22,6 +23,8 @@ def __getattr__(name: str):
         from prmkit.scoring.scorer import PRMScorer as value
     elif name == "PRMReward":
         from prmkit.scoring.reward import PRMReward as value
+    elif name == "RemotePRMReward":
+        from prmkit.serving.clients import RemotePRMReward as value
     elif name == "ScoringOptions":
         from prmkit.scoring.options import ScoringOptions as value
     elif name == "train":

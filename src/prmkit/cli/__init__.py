@@ -1,7 +1,7 @@
 """The `prmkit` command: parse arguments, call one library function, print the result.
 
-One module per command group (train.py: train, config, export, demo; data.py: data ...; score.py: score, eval), all
-sharing common.py. Heavy libraries are imported inside the commands so `prmkit --help` answers at once.
+One module per command group (train.py: train, config, export, demo; data.py: data ...; score.py: score, eval;
+serve.py: serve), all sharing common.py. Heavy libraries are imported inside the commands so `prmkit --help` answers at once.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 
 from prmkit.cli import data as data_commands
 from prmkit.cli import score as score_commands
+from prmkit.cli import serve as serve_commands
 from prmkit.cli import train as train_commands
 from prmkit.errors import PRMError
 
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_commands.register(commands)
     data_commands.register(commands)
     score_commands.register(commands)
+    serve_commands.register(commands)
     return parser
 
 

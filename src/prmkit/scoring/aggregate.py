@@ -1,4 +1,6 @@
-"""One number per chain from its step scores, and candidates ranked by it (best-of-N)."""
+"""One number per chain from its step scores, candidates ranked by it (best-of-N), and the rules that turn it into
+an RL reward (PRMReward, the server and RemotePRMReward share them). No torch here: the command line reads these
+names for its --help."""
 
 from __future__ import annotations
 
@@ -50,3 +52,17 @@ def rank_candidates(step_scores: Sequence[Sequence[float | None]], how: str = "m
             for rank, i in enumerate(order)]
 
 
+TRUNCATED = ("kept", "floor")
+FLOOR = 0.0  # the lowest probability of a bce PRM, and the wrong-step label of an mse one
+
+
+def chain_reward(step_scores: Sequence[float | None], how: str, floor: float = FLOOR,
+                 truncated: str = "kept") -> float:
+    """One RL reward per chain, the rules every prmkit reward follows (PRMReward, the server, RemotePRMReward): a
+    chain with no scored step gets the floor, so a policy cannot earn reward by saying nothing; with
+    truncated="floor" a chain cut by max_length (a None among its step scores) gets the floor too, so hiding a bad
+    step past the cut cannot pay under the `min` aggregation."""
+    if truncated == "floor" and any(s is None for s in step_scores):
+        return float(floor)
+    value = aggregate(step_scores, how)
+    return float(floor) if value is None else float(value)

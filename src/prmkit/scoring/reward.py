@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Sequence
 
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import AGGREGATIONS, aggregate
+from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward
 from prmkit.scoring.inputs import Separator, completion_text, prompt_text
 from prmkit.scoring.options import ScoringOptions
 from prmkit.scoring.scorer import PRMScorer
 
-TRUNCATED = ("kept", "floor")
 DEFAULTS = ScoringOptions()
 
 
@@ -45,7 +44,7 @@ class PRMReward:
             scorer = PRMScorer.from_pretrained(scorer, device=device, dtype=dtype, batch_size=batch_size)
         self.scorer = scorer
         self.aggregate = aggregate
-        self.floor = 0.0 if floor is None else float(floor)
+        self.floor = FLOOR if floor is None else float(floor)
         self.truncated = truncated
         self.separator = separator
         self.__name__ = name or f"prm_{aggregate}"  # TRL names the logged reward column after this
@@ -64,14 +63,8 @@ class PRMReward:
         scored = self.scorer.score_many([(texts[i], steps[i]) for i in todo])
         rewards = [self.floor] * len(completions)
         for i, step_scores in zip(todo, scored):
-            rewards[i] = self._chain_reward(step_scores)
+            rewards[i] = chain_reward(step_scores, self.aggregate, self.floor, self.truncated)
         return rewards
-
-    def _chain_reward(self, step_scores: list[float | None]) -> float:
-        if self.truncated == "floor" and any(s is None for s in step_scores):
-            return self.floor
-        value = aggregate(step_scores, self.aggregate)
-        return self.floor if value is None else float(value)
 
     def step_rewards(self, prompt, completion) -> list[float]:
         """One reward per step of the completion (for trainers with per-step rewards); a step cut by max_length
