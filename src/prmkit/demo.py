@@ -36,6 +36,7 @@ class DemoOptions:
     num_layers: int | None = 16  # the head reads layer 16 of 30, near where a linear probe finds the most signal
     head_init: str = "probe"
     head_lr: float | None = None  # None: the same as lr
+    probe_rows: int = 256  # training chains the probe head is fitted on (training.head_init_rows)
     packing: bool = False
     seed: int = 0
     after_error: str = "negative"
@@ -53,7 +54,7 @@ def demo_config(options: DemoOptions) -> Config:
         "training": {"max_steps": options.steps, "batch_size": options.batch_size, "lr": options.lr,
                      "warmup_steps": 5, "logging_steps": 5, "save_steps": max(options.steps // 2, 1),
                      "seed": options.seed, "packing": options.packing, "head_init": options.head_init,
-                     "head_lr": options.head_lr},
+                     "head_lr": options.head_lr, "head_init_rows": options.probe_rows},
     })
 
 
@@ -171,7 +172,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
                "held_out_rows": len(held_out), "base": options.base,
                "recipe": {"lr": options.lr, "batch_size": options.batch_size, "top_layers": options.top_layers,
                           "num_layers": options.num_layers, "head_init": options.head_init,
-                          "head_lr": options.head_lr, "packing": options.packing, "after_error": options.after_error},
+                          "head_lr": options.head_lr, "probe_rows": options.probe_rows, "packing": options.packing, "after_error": options.after_error},
                "seconds": round(time.perf_counter() - started, 1), "run_dir": str(run_dir)}
     report = write_chain_report(out / "report.html", chains,
                                 title="prmkit demo: held-out chains scored by the trained PRM",

@@ -22,7 +22,7 @@ def write_config(tmp_path, model_dir):
 
 
 def losses(run_dir):
-    state = json.loads(next(run_dir.glob("checkpoint-*/trainer_state.json")).read_text())
+    state = json.loads((run_dir / "trainer_state.json").read_text())
     return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
 

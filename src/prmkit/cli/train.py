@@ -48,6 +48,8 @@ def register(commands) -> None:
     demo.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default: %(default)s)")
     demo.add_argument("--head-lr", type=float, default=defaults.head_lr,
                       help="learning rate of the head (default: the same as --lr)")
+    demo.add_argument("--probe-rows", type=int, default=defaults.probe_rows,
+                      help="training chains the probe head is fitted on (default: %(default)s)")
     demo.add_argument("--after-error", default=defaults.after_error, choices=["negative", "unlabelled"],
                       help="labels of steps after the first error (default: %(default)s)")
     demo.add_argument("--seed", type=int, default=defaults.seed)
@@ -93,7 +95,7 @@ def cmd_demo(args) -> int:
     quiet_transformers()
     run_demo(DemoOptions(out=Path(args.out), base=args.base, rows=args.rows, val_rows=args.val_rows, steps=args.steps,
                          batch_size=args.batch_size, top_layers=args.top_layers or None, seed=args.seed,
-                         after_error=args.after_error, lr=args.lr, head_lr=args.head_lr,
+                         after_error=args.after_error, lr=args.lr, head_lr=args.head_lr, probe_rows=args.probe_rows,
                          num_layers=args.num_layers or None,
                          packing=args.packing, head_init=args.head_init,
                          overwrite=args.overwrite))
