@@ -9,7 +9,8 @@ max_length 256, batch 4, one epoch, on the CPU, one run at a time, in the order 
 (repeated `--repeats` times, interleaved, so a slow spell of the shared machine hits every system alike):
 
     trl LoRA       r16 all-linear, lr 1e-4, dropout 0 (peft's default, which TRL keeps)
-    prmkit LoRA    the same LoRA, lr and separator ("\\n"); "pk-lora-grouped" adds training.group_by_length
+    prmkit LoRA    the same LoRA, lr and separator ("\\n"), prmkit's defaults otherwise (length-grouped batches);
+                   "pk-lora-random" with fully random batches (training.group_by_length=false), as TRL draws them
     soup full      full fine-tune, lr 1e-5 (it computes full-vocabulary logits)
     prmkit full    full fine-tune, lr 1e-5
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=240)
     parser.add_argument("--eval-rows", type=int, default=0, help="held-out rows to score (0: timing only)")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--systems", default="trl,pk-lora,soup,pk-full")
+    parser.add_argument("--systems", default="trl,pk-lora,pk-lora-random,soup,pk-full")
     parser.add_argument("--work", type=Path, default=Path("/tmp/prmkit-peers"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "peers.json")
     args = parser.parse_args()
@@ -64,8 +65,8 @@ def main() -> None:
                             str(train_rows), str(out), "lora", "256"],
         "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
                                             "training.lr=1e-4"),
-        "pk-lora-grouped": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
-                                                    "training.lr=1e-4", "training.group_by_length=true"),
+        "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
+                                                   "training.lr=1e-4", "training.group_by_length=false"),
         "soup": lambda out: soup_train(args, work, base, train_rows, out),
         "pk-full": lambda out: prmkit_train(work, base, train_rows, out, "model.finetune=full", "training.lr=1e-5"),
     }
@@ -87,7 +88,7 @@ def main() -> None:
             summary[name]["heldout_last_step_auroc"] = evaluate(name, work / f"{name}-0", args, base,
                                                                 work / "eval.jsonl")
     ratios = {}
-    for ours, peer in (("pk-lora", "trl"), ("pk-lora-grouped", "trl"), ("pk-full", "soup")):
+    for ours, peer in (("pk-lora", "trl"), ("pk-lora-random", "trl"), ("pk-full", "soup")):
         if ours in summary and peer in summary:
             ratios[f"{ours} / {peer}"] = {
                 "rows_per_s": round(summary[ours]["rows_per_s"] / summary[peer]["rows_per_s"], 3),

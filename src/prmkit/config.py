@@ -91,7 +91,9 @@ class TrainingConfig(Section):
     report_to: list[str] = Field(default_factory=list, description="e.g. [tensorboard], [wandb]")
     resume: str | None = Field(None, description="'latest' or a checkpoint folder")
     dataloader_num_workers: int = Field(0, ge=0)
-    group_by_length: bool = Field(False, description="Batch chains of similar length together: less padding")
+    group_by_length: bool = Field(True, description="Batch chains of similar length together (batches drawn at "
+                                  "random from length-sorted groups of 50): less padding, ~15% faster on "
+                                  "PRM800K rows; false: fully random batches")
 
 
 class DistributedConfig(Section):

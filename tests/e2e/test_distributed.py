@@ -17,7 +17,9 @@ def write_config(tmp_path, model_dir):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"output_dir: {tmp_path / 'runs'}\nmodel: {{base: {model_dir}}}\n"
                    f"data: {{train: {tmp_path / 'train.jsonl'}, max_length: 256}}\nlora: {{dropout: 0.0}}\n"
-                   "training: {max_steps: 4, save_steps: 100, logging_steps: 1, lr: 0.005}\n")
+                   # random batches: the length-grouped sampler groups per process batch, so 2 x 4 and 1 x 8 would
+                   # see different batches
+                   "training: {max_steps: 4, save_steps: 100, logging_steps: 1, lr: 0.005, group_by_length: false}\n")
     return cfg
 
 
