@@ -13,8 +13,8 @@ top. Names load on first use, so
 
 from __future__ import annotations
 
-__all__ = ["PRMScorer", "PRMReward", "RemotePRMReward", "ScoringOptions", "train", "load_config", "Config", "evaluate", "EvalOptions",
-           "PRMError"]
+__all__ = ["PRMScorer", "PRMReward", "RemotePRMReward", "ScoringOptions", "train", "load_config", "Config",
+           "evaluate", "EvalOptions", "PRMError"]
 
 
 def __getattr__(name: str):

@@ -176,7 +176,8 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
                "held_out_rows": len(held_out), "base": options.base,
                "recipe": {"lr": options.lr, "batch_size": options.batch_size, "top_layers": options.top_layers,
                           "num_layers": options.num_layers, "head_init": options.head_init,
-                          "head_lr": options.head_lr, "probe_rows": options.probe_rows, "packing": options.packing, "after_error": options.after_error},
+                          "head_lr": options.head_lr, "probe_rows": options.probe_rows, "packing": options.packing,
+                          "after_error": options.after_error},
                "seconds": round(time.perf_counter() - started, 1), "run_dir": str(run_dir)}
     report = write_chain_report(out / "report.html", chains,
                                 title="prmkit demo: held-out chains scored by the trained PRM",

@@ -1,7 +1,8 @@
 """The `prmkit` command: parse arguments, call one library function, print the result.
 
 One module per command group (train.py: train, config, export, demo; data.py: data ...; score.py: score, eval;
-serve.py: serve), all sharing common.py. Heavy libraries are imported inside the commands so `prmkit --help` answers at once.
+serve.py: serve), all sharing common.py. Heavy libraries are imported inside the commands so `prmkit --help`
+answers at once.
 """
 
 from __future__ import annotations

@@ -37,10 +37,6 @@ class ScoreFileResult:
     output: str
     ranks: int
 
-    @property
-    def rows_per_s(self) -> float | None:
-        return round(self.rows / self.seconds, 2) if self.seconds else None
-
 
 def attach_scores(row: dict, parsed: ParsedRow, scores: list[list[float | None]], how: str) -> dict:
     """The input row plus its scores (see the module docstring for the keys)."""

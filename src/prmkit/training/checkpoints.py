@@ -22,9 +22,10 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
 
 from prmkit.errors import PRMError
+from prmkit.files import PARTIAL_PREFIX
 from prmkit.model import METADATA_FILE
 
-STAGING_PREFIX = ".partial-"
+STAGING_PREFIX = PARTIAL_PREFIX  # one prefix for folders and files, so one sweep at start removes both
 REPLACED_PREFIX = STAGING_PREFIX + "replaced-"  # a published folder moved aside while its new version goes in
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")

@@ -145,7 +145,8 @@ def training_arguments(config: Config, run_dir: Path, has_eval: bool) -> Trainin
         seed=t.seed, data_seed=t.seed,
         logging_steps=t.logging_steps, logging_first_step=True,
         eval_strategy=("steps" if t.eval_steps else "epoch") if has_eval else "no", eval_steps=t.eval_steps,
-        eval_on_start=has_eval and t.head_init == "probe",  # held-out metrics of the starting head, for the summary
+        # held-out metrics of the starting head, for the summary; a resumed run starts from trained weights
+        eval_on_start=has_eval and t.head_init == "probe" and not t.resume,
         save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit,
         report_to=t.report_to or "none", dataloader_num_workers=t.dataloader_num_workers,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
