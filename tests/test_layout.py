@@ -16,6 +16,9 @@ ALLOWED = {
     "scoring": {"data"},
     "evaluation": {"data", "scoring", "training"},  # training.checkpoints, to read a run's loss history
     "serving": {"scoring"},
+    "generation": set(),
+    "labeling": {"data", "generation"},
+    "search": {"data", "generation", "scoring", "evaluation"},
     "cli": set(),  # cli may import anything; nothing imports cli
 }
 
