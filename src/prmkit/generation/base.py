@@ -72,13 +72,3 @@ def check_stop(stop: Sequence[str]) -> tuple[str, ...]:
         raise PRMError("stop contains an empty string; an empty stop string would end every sample at once")
     return tuple(stop)
 
-
-def load_generator(model: str, options: GenerationOptions | None = None) -> Generator:
-    """A generator for `model` (a folder, a .gguf file, an alias such as smollm2-135m, or a hub id) on the
-    backend `options.backend` names."""
-    options = options or GenerationOptions()
-    if options.backend == "vllm":
-        from prmkit.generation.vllm_backend import VLLMGenerator
-        return VLLMGenerator(model, options)
-    from prmkit.generation.hf import TransformersGenerator
-    return TransformersGenerator(model, options)
