@@ -12,8 +12,8 @@ from prmkit.generation.base import chat_prompt, check_stop, cut_at_stop
 
 @pytest.fixture(scope="module")
 def generator(tiny_llama):
-    return load_generator(str(tiny_llama), GenerationOptions(max_new_tokens=12, temperature=1.0, batch_size=3,
-                                                             system_prompt=None))
+    options = GenerationOptions(max_new_tokens=12, temperature=1.0, generation_batch_size=3, system_prompt=None)
+    return load_generator(str(tiny_llama), options)
 
 
 def test_n_samples_per_prompt_in_prompt_order(generator):

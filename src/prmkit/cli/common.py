@@ -53,3 +53,48 @@ def write_json(path: str | None, payload: dict) -> None:
         from prmkit.files import write_json_atomic
 
         write_json_atomic(path, payload)
+
+
+def add_generation_flags(parser: argparse.ArgumentParser, *, device_flags: bool = True) -> None:
+    """The `GenerationOptions` fields as flags, for the commands that sample from a policy (label, search). A
+    command that also loads a PRM passes device_flags=False and shares the scoring flags' --device/--dtype."""
+    from prmkit.generation.options import BACKENDS, GenerationOptions
+
+    defaults = GenerationOptions()
+    group = parser.add_argument_group("generation (the policy model)")
+    group.add_argument("--backend", default=defaults.backend, choices=BACKENDS,
+                       help="transformers (CPU or GPU) or vllm (its own environment: scripts/setup_vllm.sh)")
+    group.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+                       help="tokens per sample (default: %(default)s)")
+    group.add_argument("--temperature", type=float, default=defaults.temperature,
+                       help="sampling temperature; 0 is greedy (default: %(default)s)")
+    group.add_argument("--top-p", type=float, default=defaults.top_p, help="nucleus sampling (default: %(default)s)")
+    group.add_argument("--seed", type=int, default=defaults.seed,
+                       help="the same seed and inputs give the same samples (default: %(default)s)")
+    group.add_argument("--generation-batch-size", type=int, default=defaults.generation_batch_size,
+                       help="sequences per generate call, transformers backend (default: %(default)s)")
+    group.add_argument("--system-prompt", default=defaults.system_prompt,
+                       help="the policy's system prompt (default: step-by-step, blank line between steps, "
+                            "\\boxed{} answer)")
+    group.add_argument("--tensor-parallel-size", type=int, default=defaults.tensor_parallel_size,
+                       help="vllm: GPUs per model (default: %(default)s)")
+    group.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false",
+                       help="vllm: turn off prefix caching")
+    group.add_argument("--gpu-memory-utilization", type=float, default=defaults.gpu_memory_utilization,
+                       help="vllm: share of GPU memory to use (default: %(default)s)")
+    if device_flags:
+        group.add_argument("--device", default=defaults.device,
+                           help="cuda, mps or cpu (default: the first available, in that order)")
+        group.add_argument("--dtype", default=defaults.dtype, choices=DTYPE_NAMES,
+                           help="weights for inference (auto: bf16 on GPU, fp32 on CPU)")
+
+
+def generation_options(args: argparse.Namespace):
+    """GenerationOptions from the flags `add_generation_flags` added."""
+    from prmkit.generation.options import GenerationOptions
+
+    return GenerationOptions(
+        backend=args.backend, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+        seed=args.seed, generation_batch_size=args.generation_batch_size, device=args.device, dtype=args.dtype,
+        system_prompt=args.system_prompt or None, tensor_parallel_size=args.tensor_parallel_size,
+        enable_prefix_caching=args.enable_prefix_caching, gpu_memory_utilization=args.gpu_memory_utilization)

@@ -1,6 +1,6 @@
 """The transformers generation backend: batched sampling with stop strings on CPU or one GPU.
 
-Prompts are expanded to `n` copies each, sorted by length so a batch pads little, generated `batch_size`
+Prompts are expanded to `n` copies each, sorted by length so a batch pads little, generated `generation_batch_size`
 sequences at a time with left padding, and put back in prompt order. Each batch samples from its own seed
 (derived from the call's seed and the batch's place), inside a forked RNG so the caller's torch random state is
 untouched and a call repeated with the same inputs gives the same samples.
@@ -75,7 +75,7 @@ class TransformersGenerator:
         expanded = [i for i in range(len(prompts)) for _ in range(n)]
         order = sorted(range(len(expanded)), key=lambda j: len(encoded[expanded[j]]))
         samples: list[Sample | None] = [None] * len(expanded)
-        size = self.options.batch_size
+        size = self.options.generation_batch_size
         for batch_index, start in enumerate(range(0, len(order), size)):
             rows = order[start:start + size]
             batch = self.tokenizer.pad({"input_ids": [encoded[expanded[j]] for j in rows]}, return_tensors="pt")

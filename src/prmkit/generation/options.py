@@ -19,7 +19,7 @@ class GenerationOptions:
     temperature: float = 0.8  # 0 is greedy
     top_p: float = 1.0
     seed: int = 0  # the same seed and inputs give the same samples on the same backend and device
-    batch_size: int = 16  # sequences per generate call (transformers backend)
+    generation_batch_size: int = 16  # sequences per generate call (transformers backend)
     device: str | None = None  # cuda, mps or cpu; None: the first available
     dtype: str = "auto"  # auto = bf16 on a GPU, fp32 on CPU
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # None: the chat template's own default
@@ -36,8 +36,8 @@ class GenerationOptions:
             raise PRMError(f"temperature={self.temperature}; use 0 (greedy) or more")
         if not 0 < self.top_p <= 1:
             raise PRMError(f"top_p={self.top_p}; use a value in (0, 1]")
-        if self.batch_size < 1:
-            raise PRMError(f"batch_size={self.batch_size}; use a positive number of sequences")
+        if self.generation_batch_size < 1:
+            raise PRMError(f"generation_batch_size={self.generation_batch_size}; use a positive number of sequences")
         if self.tensor_parallel_size < 1:
             raise PRMError(f"tensor_parallel_size={self.tensor_parallel_size}; use 1 or more GPUs")
 
