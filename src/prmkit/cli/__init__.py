@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from prmkit.cli import data as data_commands
+from prmkit.cli import label as label_commands
 from prmkit.cli import score as score_commands
 from prmkit.cli import serve as serve_commands
 from prmkit.cli import train as train_commands
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands.register(commands)
     score_commands.register(commands)
     serve_commands.register(commands)
+    label_commands.register(commands)
     return parser
 
 

@@ -10,6 +10,7 @@ import argparse
 from prmkit.scoring.options import DTYPE_NAMES, ScoringOptions
 
 SCORING_DEFAULTS = ScoringOptions()
+ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
 
 
 def quiet_transformers() -> None:
@@ -98,3 +99,13 @@ def generation_options(args: argparse.Namespace):
         seed=args.seed, generation_batch_size=args.generation_batch_size, device=args.device, dtype=args.dtype,
         system_prompt=args.system_prompt or None, tensor_parallel_size=args.tensor_parallel_size,
         enable_prefix_caching=args.enable_prefix_caching, gpu_memory_utilization=args.gpu_memory_utilization)
+
+
+def unescape(text: str) -> str:
+    """`\\n`, `\\t` and `\\\\` typed on a command line as the characters they name (a step delimiter)."""
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i:i + 2]
+        out.append(ESCAPES.get(pair, text[i]))
+        i += 2 if pair in ESCAPES else 1
+    return "".join(out)

@@ -1,0 +1,100 @@
+"""`prmkit label`: step labels from rollouts of a policy model (Math-Shepherd's mc, OmegaPRM's binary search); a
+thin call into prmkit.labeling."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from prmkit.cli.common import add_generation_flags, generation_options, quiet_transformers, unescape
+from prmkit.labeling.options import AFTER_ERROR, LABEL_KINDS, METHODS, LabelOptions
+
+LABEL = LabelOptions()
+
+
+def register(commands) -> None:
+    label = commands.add_parser(
+        "label", help="label the steps of solutions by rollouts from a policy model (no annotators)",
+        description="For every problem of INPUT (with its gold answer) label its solution, or --solutions N sampled "
+                    "ones, step by step: mc (Math-Shepherd) measures each step by k rollouts that continue the "
+                    "solution from it; omega (OmegaPRM) binary-searches the first step after which no rollout "
+                    "reaches the answer. Writes records (prompt, completions, labels, values, provenance) to "
+                    "OUTPUT, one JSON line per solution, continuing OUTPUT if a run was stopped.")
+    label.add_argument("input", help="problems: .jsonl, .json or .parquet rows with prompt/problem/question, "
+                                     "gold_answer/answer, and completions (steps) or solution unless --solutions")
+    label.add_argument("output", help=".jsonl file of labelled records")
+    label.add_argument("--policy", required=True, metavar="MODEL",
+                       help="the policy that rolls out: a model folder, a .gguf file, an alias (smollm2-135m) or a "
+                            "hub id")
+    label.add_argument("--method", default=LABEL.method, choices=METHODS, help="default: %(default)s")
+    label.add_argument("--k", type=int, default=LABEL.k, help="rollouts per measured step (default: %(default)s)")
+    label.add_argument("--label", default=LABEL.label, choices=LABEL_KINDS,
+                       help="what goes in labels: soft (share of rollouts that reach the answer) or hard (any "
+                            "does); default: soft for mc, hard for omega")
+    label.add_argument("--after-error", default=LABEL.after_error, choices=AFTER_ERROR,
+                       help="omega: steps after the first failing one (default: negative)")
+    label.add_argument("--solutions", type=int, default=LABEL.solutions, metavar="N",
+                       help="sample N solutions per problem and label those (default: label the rows' own)")
+    label.add_argument("--delimiter", default=LABEL.delimiter,
+                       help="cuts a solution into steps, \\n written as \\n (default: '\\n\\n')")
+    label.add_argument("--problem-field", default=LABEL.problem_field,
+                       help="the problem's field (default: the first of prompt, problem, question)")
+    label.add_argument("--gold-field", default=LABEL.gold_field,
+                       help="the gold answer's field (default: gold_answer, else answer; '#### N' is read as N)")
+    label.add_argument("--problems-per-batch", type=int, default=LABEL.problems_per_batch,
+                       help="problems whose rollouts share generate calls (default: %(default)s)")
+    label.add_argument("--checker-workers", type=int, default=LABEL.checker_workers,
+                       help="processes checking LaTeX answers (default: %(default)s)")
+    label.add_argument("--check-timeout", type=float, default=LABEL.check_timeout,
+                       help="seconds per answer check; longer counts as wrong (default: %(default)s)")
+    label.add_argument("--limit", type=int, default=LABEL.limit, help="label only the first N problems")
+    label.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of continuing it")
+    add_generation_flags(label)
+    label.set_defaults(func=cmd_label)
+
+
+def label_options(args: argparse.Namespace) -> LabelOptions:
+    return LabelOptions(method=args.method, k=args.k, label=args.label, after_error=args.after_error,
+                        solutions=args.solutions, delimiter=unescape(args.delimiter),
+                        problem_field=args.problem_field, gold_field=args.gold_field,
+                        problems_per_batch=args.problems_per_batch, checker_workers=args.checker_workers,
+                        check_timeout=args.check_timeout, limit=args.limit, overwrite=args.overwrite)
+
+
+def cmd_label(args) -> int:
+    from rich.console import Console
+
+    options = label_options(args)
+    generation = generation_options(args)
+    from prmkit.labeling.problems import read_problems
+    from prmkit.labeling.runner import label_file
+
+    read_problems(args.input, options)  # bad rows are reported before a model is loaded
+    quiet_transformers()
+    from prmkit.generation import load_generator
+
+    console = Console()
+    generator = load_generator(args.policy, generation)
+
+    def announce(budget) -> None:
+        for line in budget.lines():
+            console.print(line, highlight=False)
+
+    try:
+        result = label_file(generator, args.input, args.output, options, progress=sys.stderr.isatty(),
+                            on_start=announce)
+    finally:
+        generator.close()
+    per_step = (f"; per labelled step {result.rollouts / result.steps:.1f} rollouts, "
+                f"{result.tokens / result.steps:.0f} tokens") if result.steps else ""
+    kept = f" ({result.kept} were already there)" if result.kept else ""
+    skipped = f"; {result.skipped} sampled solutions had no step and were left out" if result.skipped else ""
+    console.print(f"labelled {result.solutions} solutions ({result.steps} steps) of {result.problems} problems in "
+                  f"{result.seconds:.1f} s: {result.rollouts:,} rollouts, {result.tokens:,} tokens generated"
+                  f"{per_step}{skipped}", highlight=False)
+    checks = result.checks
+    if checks.timeouts or checks.crashes:
+        console.print(f"answer checks: {checks.timeouts} timed out and {checks.crashes} failed (counted wrong) of "
+                      f"{checks.checked}", highlight=False)
+    console.print(f"-> {result.output}{kept}", highlight=False)
+    return 0
