@@ -4,6 +4,7 @@ function."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from prmkit.cli.common import quiet_transformers
 
@@ -16,9 +17,12 @@ def register(commands) -> None:
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     train.set_defaults(func=cmd_train)
 
-    export = commands.add_parser("export", help="export a run as a standalone transformers model")
+    export = commands.add_parser("export", help="export a run as a standalone transformers or vLLM model folder")
     export.add_argument("run", help="run folder or checkpoint")
-    export.add_argument("--merge", required=True, metavar="OUT", help="folder for the merged model")
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument("--merge", metavar="OUT", help="folder for the merged transformers model")
+    target.add_argument("--vllm", metavar="OUT",
+                        help="folder for `vllm serve --runner pooling` (one score per step; see prmkit_vllm.json)")
     export.add_argument("--overwrite", action="store_true", help="replace OUT if it holds files")
     export.set_defaults(func=cmd_export)
 
@@ -72,9 +76,17 @@ def cmd_train(args) -> int:
 
 
 def cmd_export(args) -> int:
+    quiet_transformers()
+    if args.vllm:
+        from prmkit.scoring.export_vllm import VLLM_FILE, export_vllm, serve_command
+
+        out = export_vllm(args.run, args.vllm, overwrite=args.overwrite)
+        step_id = json.loads((out / VLLM_FILE).read_text(encoding="utf-8"))["step_token_id"]
+        print(f"vLLM model written to {out}; serve it with:\n  {serve_command(out, step_id)}\n"
+              f"and send token ids from prmkit.scoring.export_vllm.VLLMInputs (see {out / VLLM_FILE})")
+        return 0
     from prmkit.scoring.export import export_merged
 
-    quiet_transformers()
     out = export_merged(args.run, args.merge, overwrite=args.overwrite)
     print(f"merged model written to {out} (load it with AutoModelForTokenClassification.from_pretrained)")
     return 0

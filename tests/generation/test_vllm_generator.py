@@ -1,0 +1,139 @@
+"""The vLLM generation backend: how its outputs become Samples (no vLLM needed), the hint when vLLM is missing, and,
+where .venv-vllm exists, the outputs contract, seeds, stop strings and greedy agreement with the transformers
+backend on SmolLM2-135M-Instruct."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+from vllm_helpers import CPU_MEMORY_SHARE, build_vllm_sized_llama, needs_vllm, run_in_vllm
+
+from prmkit.errors import PRMError
+from prmkit.generation import GenerationOptions, Sample, load_generator
+from prmkit.generation.vllm_backend import VLLMGenerator, request_seed
+
+PROMPTS = ["Tom has 3 apples.", "What is the total cost?", "Step 1: 7 - 2 = 5."]
+STOPS = list("0123456789 .=+-*/?")  # a random model emits one of these within a few tokens
+PROBLEMS = ["Tom has 3 bags of 4 apples. How many apples does he have?",
+            "A pen costs 2 dollars. How much do 5 pens cost?",
+            "What is 7 - 2?"]
+GREEDY_TOKENS = 16
+
+
+def completion(text: str, tokens: int, finish_reason: str, index: int = 0):
+    return SimpleNamespace(text=text, token_ids=list(range(tokens)), finish_reason=finish_reason, index=index)
+
+
+def test_samples_are_cut_at_the_earliest_stop_and_told_apart_from_eos_and_length():
+    stop = ("\n\n", "=")
+    # vLLM keeps the stop string (include_stop_str_in_output); the earliest of the stop strings wins
+    assert VLLMGenerator._sample(completion("3 + 4 = 7.\n\n", 9, "stop"), stop) == Sample(
+        text="3 + 4 ", tokens=9, finish_reason="stop", stop="=")
+    assert VLLMGenerator._sample(completion("So 7.\n\n", 4, "stop"), stop) == Sample(
+        text="So 7.", tokens=4, finish_reason="stop", stop="\n\n")
+    # vLLM says "stop" for an EOS too; with no stop string in the text it was the EOS
+    assert VLLMGenerator._sample(completion("So 7.", 4, "stop"), stop).finish_reason == "eos"
+    assert VLLMGenerator._sample(completion("So 7 and", 12, "length"), stop) == Sample(
+        text="So 7 and", tokens=12, finish_reason="length", stop=None)
+
+
+def test_request_seeds_depend_on_the_call_seed_and_the_prompt_place_only():
+    assert request_seed(0, 1) == request_seed(0, 1)
+    assert len({request_seed(seed, index) for seed in range(3) for index in range(3)}) == 9
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed in this environment")
+def test_without_vllm_the_error_says_how_to_get_it(tiny_llama):
+    with pytest.raises(PRMError, match="scripts/setup_vllm.sh"):
+        load_generator(str(tiny_llama), GenerationOptions(backend="vllm"))
+
+
+def smollm2_folder() -> tuple[str | None, str]:
+    from prmkit.backbones import resolve_base
+
+    try:
+        return resolve_base("smollm2-135m"), ""
+    except PRMError as err:
+        return None, f"SmolLM2-135M-Instruct is not available here: {err}"
+
+
+@pytest.fixture(scope="module")
+def vllm_answers(tmp_path_factory):
+    """One run in .venv-vllm: the contract calls on a tiny random model, then (when SmolLM2 is here) greedy chat
+    prompts on SmolLM2."""
+    tiny = build_vllm_sized_llama(tmp_path_factory.mktemp("vllm-policy"))
+
+    def call(prompts, n, seed, *, stop=(), max_new_tokens=12, temperature=1.0):
+        return {"prompts": prompts, "n": n, "seed": seed, "stop": list(stop), "max_new_tokens": max_new_tokens,
+                "temperature": temperature}
+
+    tiny_calls = [
+        call(PROMPTS, 2, 4), call(PROMPTS, 2, 4), call(PROMPTS, 2, 5),
+        call([PROMPTS[0], "The answer is"], 2, 4),  # the first prompt again, with another batch mate
+        call(["Tom has"] * 4, 2, 3, stop=STOPS, max_new_tokens=40),
+        call(["Each friend gets"], 3, 1, temperature=0),
+    ]
+    greedy = [call(None, 1, 0, max_new_tokens=GREEDY_TOKENS, temperature=0)]
+    models = [{"model": str(tiny), "system_prompt": None, "problems": [], "calls": tiny_calls}]
+    smollm2, _ = smollm2_folder()
+    if smollm2:
+        models.append({"model": smollm2, "system_prompt": GenerationOptions().system_prompt, "problems": PROBLEMS,
+                       "calls": greedy})
+    answer = run_in_vllm("generate.py", {"memory": CPU_MEMORY_SHARE, "models": models})
+    return [[[[Sample(**s) for s in samples] for samples in out] for out in model["calls"]] + [model["prompts"]]
+            for model in answer["models"]]
+
+
+@needs_vllm
+def test_n_samples_per_prompt_in_prompt_order_with_token_counts(vllm_answers):
+    first = vllm_answers[0][0]
+    assert [len(samples) for samples in first] == [2, 2, 2]
+    for sample in (s for samples in first for s in samples):
+        assert 1 <= sample.tokens <= 12
+        assert sample.finish_reason in ("eos", "length")  # no stop strings were given
+        assert (sample.finish_reason == "length") == (sample.tokens == 12)
+        assert sample.stop is None
+
+
+@needs_vllm
+def test_same_seed_same_samples_whatever_the_batch_other_seed_other_samples(vllm_answers):
+    first, again, other, other_batch = vllm_answers[0][:4]
+    assert again == first
+    assert [s.text for p in other for s in p] != [s.text for p in first for s in p]
+    assert other_batch[0] == first[0]  # a prompt's samples do not depend on the other prompts of the call
+    assert first[0][0] != first[0][1]  # the n samples of one prompt are different draws
+
+
+@needs_vllm
+def test_stop_strings_cut_the_sample_before_the_stop(vllm_answers):
+    samples = [s for p in vllm_answers[0][4] for s in p]
+    assert "stop" in [s.finish_reason for s in samples]
+    for sample in samples:
+        assert not any(stop in sample.text for stop in STOPS)
+        assert (sample.stop is not None) == (sample.finish_reason == "stop")
+        assert 1 <= sample.tokens <= 40
+
+
+@needs_vllm
+def test_greedy_gives_n_equal_samples(vllm_answers):
+    assert len({s.text for s in vllm_answers[0][5][0]}) == 1
+
+
+@needs_vllm
+def test_greedy_output_agrees_with_the_transformers_backend(vllm_answers):
+    """Same chat prompts, temperature 0, fp32 on both: the first tokens of every answer are the same."""
+    folder, reason = smollm2_folder()
+    if folder is None:
+        pytest.skip(reason)
+    greedy, prompts = vllm_answers[1][0], vllm_answers[1][1]
+    hf = load_generator(folder, GenerationOptions(max_new_tokens=GREEDY_TOKENS))
+    assert [hf.prompt(problem) for problem in PROBLEMS] == prompts
+    expected = hf.generate(prompts, n=1, temperature=0)
+    encode = hf.tokenizer
+    for got, want in zip(greedy, expected):
+        got_ids = encode(got[0].text, add_special_tokens=False)["input_ids"]
+        want_ids = encode(want[0].text, add_special_tokens=False)["input_ids"]
+        assert got_ids[:8] == want_ids[:8], (got[0].text, want[0].text)
+        assert got[0].tokens == want[0].tokens and got[0].finish_reason == want[0].finish_reason
