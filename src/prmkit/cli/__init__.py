@@ -13,6 +13,7 @@ import sys
 from prmkit.cli import data as data_commands
 from prmkit.cli import label as label_commands
 from prmkit.cli import score as score_commands
+from prmkit.cli import search as search_commands
 from prmkit.cli import serve as serve_commands
 from prmkit.cli import train as train_commands
 from prmkit.errors import PRMError
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands.register(commands)
     score_commands.register(commands)
     serve_commands.register(commands)
+    search_commands.register(commands)
     label_commands.register(commands)
     return parser
 

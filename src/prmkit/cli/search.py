@@ -1,0 +1,150 @@
+"""`prmkit search`: a trained PRM guides a policy model at test time; a thin call into prmkit.search."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from prmkit.cli.common import (
+    add_generation_flags,
+    add_scoring_flags,
+    generation_options,
+    quiet_transformers,
+    scoring_options,
+)
+from prmkit.errors import PRMError
+from prmkit.scoring.aggregate import AGGREGATION_NAMES
+from prmkit.search.options import METHODS, SearchOptions, parse_budgets, parse_methods
+
+SEARCH = SearchOptions()
+ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
+
+
+def register(commands) -> None:
+    search = commands.add_parser(
+        "search", help="PRM-guided test-time compute: best-of-n, weighted best-of-n, beam search, DVTS",
+        description="A policy model samples solutions to every problem of DATA and a trained PRM (RUN) chooses or "
+                    "guides them. Writes one JSON line per problem to OUT (continued if a run was stopped). "
+                    "With --budgets, compares every method at each N and writes a table, OUT stem.budgets.json "
+                    "and OUT stem.budgets.png.")
+    search.add_argument("run", help="PRM: run folder, checkpoint or merged export")
+    search.add_argument("data", help="problems: .jsonl, .json or .parquet rows with prompt/problem/question and, "
+                                     "optionally, gold_answer/answer")
+    search.add_argument("out", help=".jsonl file of results, one row per problem")
+    search.add_argument("--policy", required=True, metavar="MODEL",
+                        help="the policy: a model folder, a .gguf file, an alias (smollm2-135m) or a hub id")
+    search.add_argument("--method", default=SEARCH.method, choices=METHODS, help="default: %(default)s")
+    search.add_argument("--n", type=int, default=SEARCH.n, help="samples, or beams (default: %(default)s)")
+    search.add_argument("--beam-width", type=int, default=SEARCH.beam_width,
+                        help="beam: children per kept beam; dvts: n / beam-width subtrees (default: %(default)s)")
+    search.add_argument("--delimiter", default=SEARCH.delimiter,
+                        help="step separator and stop string, \\n written as \\n (default: '\\n\\n')")
+    search.add_argument("--aggregate", default=SEARCH.aggregate, choices=AGGREGATION_NAMES,
+                        help="chain score from step scores (default: %(default)s)")
+    search.add_argument("--max-rounds", type=int, default=SEARCH.max_rounds,
+                        help="beam/dvts step rounds; the last one writes to the end (default: %(default)s)")
+    search.add_argument("--problems-per-batch", type=int, default=SEARCH.problems_per_batch,
+                        help="problems sharing generate and score calls (default: %(default)s)")
+    search.add_argument("--budgets", type=parse_budgets, default=SEARCH.budgets, metavar="N,N,...",
+                        help="compare every method at these N, e.g. 1,2,4,8 (--method and --n are then unused)")
+    search.add_argument("--budget-methods", type=parse_methods, default=SEARCH.budget_methods,
+                        metavar="METHOD,...", help=f"methods a --budgets run compares (default: {','.join(METHODS)})")
+    search.add_argument("--problem-field", default=SEARCH.problem_field,
+                        help="the problem's field (default: the first of prompt, problem, question)")
+    search.add_argument("--gold-field", default=SEARCH.gold_field,
+                        help="the gold answer's field (default: gold_answer, else answer; none: no accuracy)")
+    search.add_argument("--limit", type=int, default=SEARCH.limit, help="search only the first N problems")
+    search.add_argument("--overwrite", action="store_true", help="start OUT afresh instead of continuing it")
+    add_generation_flags(search, device_flags=False)  # --device and --dtype: the scoring flags, for both
+    add_scoring_flags(search)
+    search.set_defaults(func=cmd_search)
+
+
+def unescape(text: str) -> str:
+    """`\\n`, `\\t` and `\\\\` typed on a command line as the characters they name."""
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i:i + 2]
+        if pair in ESCAPES:
+            out.append(ESCAPES[pair])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    return SearchOptions(method=args.method, n=args.n, beam_width=args.beam_width, temperature=args.temperature,
+                         max_new_tokens=args.max_new_tokens, delimiter=unescape(args.delimiter),
+                         aggregate=args.aggregate, max_rounds=args.max_rounds, seed=args.seed,
+                         problems_per_batch=args.problems_per_batch, budgets=args.budgets,
+                         budget_methods=args.budget_methods, problem_field=args.problem_field,
+                         gold_field=args.gold_field, limit=args.limit, overwrite=args.overwrite)
+
+
+def cmd_search(args) -> int:
+    from rich.console import Console
+
+    from prmkit.search.problems import read_problems
+
+    options = search_options(args)
+    generation = generation_options(args)
+    read_problems(args.data, options)  # bad rows are reported before the models load, not after
+    if Path(args.out).suffix.lower() not in (".jsonl", ".ndjson"):
+        raise PRMError(f"{args.out}: the output is JSON lines, one row per problem; give a .jsonl path")
+    quiet_transformers()
+    from prmkit.generation import load_generator
+    from prmkit.scoring.scorer import PRMScorer
+    from prmkit.search.report import budget_table
+    from prmkit.search.run import run_search
+
+    console = Console(soft_wrap=True)  # paths and summary lines stay whole when piped
+    scorer = PRMScorer.from_options(args.run, scoring_options(args))
+    generator = load_generator(args.policy, generation)
+    try:
+        with _Progress(sys.stderr.isatty()) as progress:
+            summary = run_search(scorer, generator, args.data, args.out, options,
+                                 prm=str(Path(args.run).resolve()), progress=progress)
+    finally:
+        generator.close()
+    where = f"; {summary.resumed} were already in {summary.out}" if summary.resumed else ""
+    what = "every method at budgets " + ",".join(map(str, options.budgets)) if options.budgets else (
+        f"{options.method}, n={1 if options.method == 'greedy' else options.n}"
+        + (f", beam width {options.beam_width}" if options.method in ("beam", "dvts") else ""))
+    console.print(f"searched {summary.searched} of {summary.problems} problems ({what}) in {summary.seconds:.1f} s"
+                  f"{where}; {summary.tokens} tokens generated")
+    if summary.report is not None:
+        console.print(budget_table(summary.report))
+        console.print(f"written: {summary.out}, {summary.files['json']}, {summary.files['png']}")
+    elif summary.graded:
+        console.print(f"accuracy {summary.accuracy:.3f} ({summary.correct} of {summary.graded} problems with a gold "
+                      f"answer) -> {summary.out}")
+    else:
+        console.print(f"no problem has a gold answer, so no accuracy -> {summary.out}")
+    return 0
+
+
+class _Progress:
+    """A rich progress bar over problems on stderr, or nothing when stderr is not a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.task = enabled, None, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            console=Console(stderr=True))
+        self.task = self.bar.add_task("problems", total=None)
+        self.bar.start()
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False

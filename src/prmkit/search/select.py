@@ -1,0 +1,96 @@
+"""Solutions and how one is chosen among them: by PRM score (best-of-n), by vote over canonical answers
+(majority), or by PRM-weighted vote (weighted-best-of-n). Pure functions over finished solutions; no model here.
+
+Every choice is deterministic: equal scores (or equal vote totals) go to the solution that came first, and a
+solution with no scored step (an empty one) ranks below every scored one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from prmkit.answers import canonical_answer, extract_answer
+from prmkit.scoring.aggregate import aggregate
+from prmkit.scoring.inputs import split_steps
+
+# A step that commits to a final answer ends a beam. extract_answer alone would not do: it falls back to the
+# last number of a text, which almost every arithmetic step has.
+FINAL_ANSWER = re.compile(r"\\boxed|\\fbox|####|\banswer\s*(?:is|:)", re.IGNORECASE)
+
+
+@dataclass
+class Solution:
+    text: str  # what the policy wrote, the delimiters between steps included
+    steps: list[str]  # the text cut at the delimiter (pieces stripped, empty ones dropped)
+    step_scores: list[float | None] = field(default_factory=list)
+    score: float | None = None  # the aggregate of step_scores; None when no step was scored
+    finish_reason: str = "eos"  # of the generation that ended it: eos, length (or stop, for a cut step)
+    tokens: int = 0  # tokens generated along this solution's own path
+
+    @property
+    def answer(self) -> str | None:
+        return extract_answer(self.text)
+
+    def scored(self, step_scores: Sequence[float | None], how: str) -> "Solution":
+        self.step_scores = list(step_scores)
+        self.score = aggregate(self.step_scores, how)
+        return self
+
+    def row(self) -> dict:
+        return {"solution": self.text.strip(), "steps": self.steps, "step_scores": self.step_scores,
+                "score": self.score, "answer": self.answer, "finish_reason": self.finish_reason,
+                "tokens": self.tokens}
+
+
+def from_text(text: str, delimiter: str, *, finish_reason: str = "eos", tokens: int = 0) -> Solution:
+    return Solution(text=text, steps=split_steps(text, delimiter), finish_reason=finish_reason, tokens=tokens)
+
+
+def commits_to_answer(step: str) -> bool:
+    return bool(FINAL_ANSWER.search(step)) and extract_answer(step) is not None
+
+
+def ranking(scores: Sequence[float | None]) -> list[int]:
+    """Indices best first: higher score first, unscored last, ties in input order."""
+    return sorted(range(len(scores)), key=lambda i: (scores[i] is None, -(scores[i] or 0.0), i))
+
+
+def best_of_n(solutions: Sequence[Solution]) -> int:
+    return ranking([s.score for s in solutions])[0]
+
+
+def _groups(solutions: Sequence[Solution]) -> dict[str, list[int]]:
+    """Indices by canonical answer, in order of first appearance; solutions without an answer are in none."""
+    groups: dict[str, list[int]] = {}
+    for index, solution in enumerate(solutions):
+        key = canonical_answer(solution.answer)
+        if key is not None:
+            groups.setdefault(key, []).append(index)
+    return groups
+
+
+def majority_vote(solutions: Sequence[Solution]) -> int:
+    """The first solution of the most frequent canonical answer (ties: the answer seen first); the first
+    solution when none has an answer."""
+    groups = list(_groups(solutions).values())
+    if not groups:
+        return 0
+    return max(groups, key=len)[0]  # max keeps the first of equal counts
+
+
+def weighted_vote(solutions: Sequence[Solution]) -> int:
+    """The canonical answer with the largest sum of PRM scores (an unscored solution adds 0; ties: the answer
+    seen first), represented by its best-scored solution. Falls back to best-of-n when no solution has an
+    answer."""
+    groups = list(_groups(solutions).values())
+    if not groups:
+        return best_of_n(solutions)
+    total = [sum(solutions[i].score or 0.0 for i in group) for group in groups]
+    winner = groups[max(range(len(groups)), key=lambda g: (total[g], -g))]
+    return winner[ranking([solutions[i].score for i in winner])[0]]
+
+
+CHOOSERS = {"greedy": best_of_n, "majority": majority_vote, "best-of-n": best_of_n,
+            "weighted-best-of-n": weighted_vote}
