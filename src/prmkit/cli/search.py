@@ -12,13 +12,13 @@ from prmkit.cli.common import (
     generation_options,
     quiet_transformers,
     scoring_options,
+    unescape,
 )
 from prmkit.errors import PRMError
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
 from prmkit.search.options import METHODS, SearchOptions, parse_budgets, parse_methods
 
 SEARCH = SearchOptions()
-ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
 
 
 def register(commands) -> None:
@@ -59,20 +59,6 @@ def register(commands) -> None:
     add_generation_flags(search, device_flags=False)  # --device and --dtype: the scoring flags, for both
     add_scoring_flags(search)
     search.set_defaults(func=cmd_search)
-
-
-def unescape(text: str) -> str:
-    """`\\n`, `\\t` and `\\\\` typed on a command line as the characters they name."""
-    out, i = [], 0
-    while i < len(text):
-        pair = text[i:i + 2]
-        if pair in ESCAPES:
-            out.append(ESCAPES[pair])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
 
 
 def search_options(args: argparse.Namespace) -> SearchOptions:
