@@ -99,20 +99,22 @@ def main() -> None:
     print(table(payload))
 
 
-def prmkit_train(work: Path, base: str, train_rows: Path, out: Path, *overrides: str) -> list[str]:
+def prmkit_train(work: Path, base: str, train_rows: Path, out: Path, *overrides: str,
+                 max_length: int = 256) -> list[str]:
     config = work / "pk.yaml"
-    config.write_text(json.dumps({"model": {"base": base}, "data": {"train": str(train_rows), "max_length": 256,
+    config.write_text(json.dumps({"model": {"base": base}, "data": {"train": str(train_rows), "max_length": max_length,
                                                                     "separator": "\n"},
                                   "training": {"batch_size": 4, "epochs": 1, "save_steps": 100000}}))
     return [str(Path(sys.executable).parent / "prmkit"), "train", str(config), f"output_dir={out.parent}",
             f"run_name={out.name}", *overrides, "--overwrite"]
 
 
-def soup_train(args, work: Path, base: str, train_rows: Path, out: Path) -> list[str]:
+def soup_train(args, work: Path, base: str, train_rows: Path, out: Path, max_length: int = 256) -> list[str]:
     text = (args.harness / "soup_prm.yaml").read_text(encoding="utf-8")
     config = work / f"soup-{out.name}.yaml"
     config.write_text(text.replace("MODEL_DIR", base).replace("./train200.jsonl", str(train_rows))
-                      .replace("./out", str(out)), encoding="utf-8")
+                      .replace("./out", str(out)).replace("max_length: 256", f"max_length: {max_length}"),
+                      encoding="utf-8")
     return [str(args.peers_dir / "soup" / "bin" / "soup"), "train", "-c", str(config), "-n", "run", "-y"]
 
 
