@@ -15,8 +15,6 @@ from prmkit.errors import PRMError
 METHODS = ("mc", "omega")
 LABEL_KINDS = ("soft", "hard")
 AFTER_ERROR = ("negative", "null")
-PROBLEM_FIELDS = ("prompt", "problem", "question")  # tried in this order when problem_field is not set
-GOLD_FIELDS = ("gold_answer", "answer")  # likewise for gold_field; synthetic records carry both, gold first
 
 
 @dataclass(frozen=True)
@@ -29,8 +27,8 @@ class LabelOptions:
     # on); None: negative. mc labels every step on its own and takes no after_error.
     solutions: int | None = None  # sample N solutions per problem; None: label the rows' own solutions
     delimiter: str = "\n\n"  # cuts a solution string into steps; joins a prefix for the rollouts
-    problem_field: str | None = None  # the problem's field; None: the first of PROBLEM_FIELDS present
-    gold_field: str | None = None  # the gold answer's field; None: the first of GOLD_FIELDS present
+    problem_field: str | None = None  # the problem's field; None: the first of data.problems.PROBLEM_FIELDS
+    gold_field: str | None = None  # the gold answer's field; None: the first of data.problems.GOLD_FIELDS
     problems_per_batch: int = 4  # problems labelled together: their rollouts share each generate call
     checker_workers: int = 2  # processes checking non-numeric answers with math-verify
     check_timeout: float = 5.0  # seconds per answer check; a check that runs longer counts as wrong

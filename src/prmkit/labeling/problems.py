@@ -1,10 +1,9 @@
 """What `prmkit label` reads (problems with gold answers, and optionally the solutions to label) and where it
 writes (the output JSONL, continued where a killed run stopped).
 
-A row holds the problem (`prompt`, `problem` or `question`, or the field --problem-field names) and its gold
-answer (`gold_answer` or `answer`, or --gold-field; GSM8K's `answer` is a worked solution ending "#### N", read
-as N). A row may also hold one solution to label: `completions`, a list of steps (the record layout), or
-`solution`, one string cut into steps at the delimiter. With `solutions` set, the command samples that many
+A row holds the problem and its gold answer (`prmkit.data.problems` says where each is looked for). It may also
+hold one solution to label: `completions`, a list of steps (the record layout), or `solution`, one string cut into
+steps at the delimiter. With `solutions` set, the command samples that many
 solutions per problem instead and ignores the rows' own. Every bad row is reported in one error.
 
 The output holds one record per labelled solution. Records are appended in input order, a batch of problems at a
@@ -18,17 +17,15 @@ same records) and only its missing records are written.
 
 from __future__ import annotations
 
+import itertools
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from prmkit.answers import gold_answer
-from prmkit.data.rows import RowReader
+from prmkit.data.problems import AppendedJsonl, problem_gold, problem_text, read_problem_rows, short
 from prmkit.errors import PRMError
-from prmkit.labeling.options import GOLD_FIELDS, PROBLEM_FIELDS, LabelOptions
+from prmkit.labeling.options import LabelOptions
 
-MAX_LISTED = 10  # bad rows spelled out in one error; the rest are counted
 SOLUTION_FIELDS = ("completions", "solution")
 
 
@@ -49,54 +46,16 @@ def split_steps(text: str, delimiter: str) -> list[str]:
 
 def read_problems(path: str | Path, options: LabelOptions) -> list[Problem]:
     """Every problem of the input (the first `limit`), or one error listing every bad row."""
-    reader = RowReader(path, lenient=True)
-    problems: list[Problem] = []
-    bad: list[str] = []
-    for row in reader:
-        if options.limit is not None and len(problems) + len(bad) >= options.limit:
-            break
-        if row.problem is not None:
-            bad.append(f"  {reader.path}: row {row.number} {row.problem}")
-            continue
-        try:
-            problems.append(_problem(len(problems), row.number, row.value, options))
-        except PRMError as err:
-            bad.append(f"  {reader.path}: row {row.number}, {err}")
-    if bad:
-        more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
-        raise PRMError(f"{reader.path}: {len(bad)} of {len(problems) + len(bad)} rows cannot be labelled:\n"
-                       + "\n".join(bad[:MAX_LISTED]) + more)
-    if not problems:
-        raise PRMError(f"{reader.path}: no rows; give a file with one problem and its gold answer per row")
-    return problems
+    count = itertools.count()  # a Problem's index counts the good rows only
 
+    def parse(number: int, value) -> Problem:
+        text = problem_text(value, options.problem_field, '{"problem": ..., "answer": ...}')
+        gold = problem_gold(value, options.gold_field, required=True)
+        steps = None if options.solutions is not None else _steps(value, options.delimiter)
+        return Problem(index=next(count), row=number, text=text, gold=gold, steps=steps, id=value.get("id"))
 
-def _problem(index: int, number: int, value, options: LabelOptions) -> Problem:
-    if not isinstance(value, dict):
-        raise PRMError(f"field '-': expected an object such as {{\"problem\": ..., \"answer\": ...}}, got "
-                       f"{type(value).__name__}")
-    name = options.problem_field or next((f for f in PROBLEM_FIELDS if f in value), None)
-    if name is None or name not in value:
-        tried = f"'{options.problem_field}'" if options.problem_field else "/".join(PROBLEM_FIELDS)
-        raise PRMError(f"field '{tried}': missing; give the problem there, or name its field with "
-                       f"--problem-field (keys here: {', '.join(sorted(value)) or 'none'})")
-    text = value[name]
-    if not isinstance(text, str) or not text.strip():
-        raise PRMError(f"field '{name}': the problem must be a non-empty string, got {_short(text)}")
-    gold_name = options.gold_field or next((f for f in GOLD_FIELDS if value.get(f) is not None), None)
-    if gold_name is None or value.get(gold_name) is None:
-        tried = f"'{options.gold_field}'" if options.gold_field else "/".join(GOLD_FIELDS)
-        raise PRMError(f"field '{tried}': missing; labels are measured against a gold answer: give it there, or "
-                       "name its field with --gold-field")
-    gold = value[gold_name]
-    if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
-        raise PRMError(f"field '{gold_name}': a gold answer is a string or a number, got {_short(gold)}; "
-                       "write it as text, e.g. \"\\\\frac{1}{2}\"")
-    gold = gold_answer(str(gold))
-    if not gold:
-        raise PRMError(f"field '{gold_name}': the gold answer is empty; give the final answer, e.g. \"18\"")
-    steps = None if options.solutions is not None else _steps(value, options.delimiter)
-    return Problem(index=index, row=number, text=text, gold=gold, steps=steps, id=value.get("id"))
+    return read_problem_rows(path, parse, limit=options.limit, purpose="labelled", lenient=True,
+                             expected="one problem and its gold answer per row")
 
 
 def _steps(value: dict, delimiter: str) -> tuple[str, ...]:
@@ -113,46 +72,25 @@ def _steps(value: dict, delimiter: str) -> tuple[str, ...]:
             raise PRMError(f"field '{name}[{empty[0]}]': the step is empty; remove empty steps")
         steps = list(solution)
     else:
-        raise PRMError(f"field '{name}': expected a list of step strings or one string, got {_short(solution)}")
+        raise PRMError(f"field '{name}': expected a list of step strings or one string, got {short(solution)}")
     if not steps:
         raise PRMError(f"field '{name}': the solution has no steps; give at least one non-empty step")
     return tuple(steps)
 
 
-def _short(value) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 VOLATILE = ("rollouts", "tokens", "solution_tokens")  # provenance that measures a record instead of deciding it
 
 
-class Output:
-    def __init__(self, path: str | Path, identity: dict, problems: list[Problem], *, overwrite: bool = False):
-        self.path = Path(path)
-        if self.path.suffix.lower() not in (".jsonl", ".ndjson"):
-            raise PRMError(f"{self.path}: the output is JSON lines, one record per solution; give a .jsonl path")
-        self.identity = identity
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if overwrite:
-            self.path.unlink(missing_ok=True)
-        self.done: set[tuple[int, int]] = set()  # (row, solution_index) already written
-        self.truncated = False
-        if self.path.exists():
-            self._read({p.row: p for p in problems})
+class Output(AppendedJsonl):
+    """The output: (row, solution_index) of every record already written, and appending a batch of new ones."""
 
-    def _read(self, by_row: dict[int, Problem]) -> None:
-        raw = self.path.read_bytes()
-        lines = raw.split(b"\n")
-        if lines and lines[-1] and not raw.endswith(b"\n"):
-            # A kill in the middle of a write leaves a last line without its newline: that record is redone.
-            with self.path.open("r+b") as handle:
-                handle.truncate(len(raw) - len(lines[-1]))
-            lines, self.truncated = lines[:-1], True
+    def __init__(self, path: str | Path, identity: dict, problems: list[Problem], *, overwrite: bool = False):
+        super().__init__(path, holds="one record per solution", overwrite=overwrite)
+        self.identity = identity
+        self.done: set[tuple[int, int]] = set()
+        by_row = {p.row: p for p in problems}
         fix = f"pass --overwrite to start {self.path} afresh, or give another output path"
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
+        for number, line in self.lines():
             try:
                 record = json.loads(line)
                 provenance = record["label"]
@@ -177,11 +115,5 @@ class Output:
         return max((index[row] // per_batch for row, _ in self.done), default=-1)
 
     def append(self, records: list[dict]) -> None:
-        if not records:
-            return
-        with self.path.open("a", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                handle.flush()
-            os.fsync(handle.fileno())
+        super().append(records)
         self.done.update((r["row"], r["solution_index"]) for r in records)

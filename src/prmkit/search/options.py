@@ -17,8 +17,6 @@ GENERATION = GenerationOptions()
 # weighted-best-of-n: answers weighted by the sum of their PRM scores; beam / dvts: PRM-guided step search.
 METHODS = ("greedy", "majority", "best-of-n", "weighted-best-of-n", "beam", "dvts")
 TREE_METHODS = ("beam", "dvts")
-PROBLEM_FIELDS = ("prompt", "problem", "question")  # tried in this order when problem_field is not set
-GOLD_FIELDS = ("gold_answer", "answer")  # likewise for gold_field; synthetic records carry both, gold first
 
 
 @dataclass(frozen=True)
@@ -35,8 +33,8 @@ class SearchOptions:
     problems_per_batch: int = 8  # problems searched together: one generate and one score_many call per round
     budgets: tuple[int, ...] | None = None  # e.g. (1, 2, 4, 8): accuracy of every method at each N
     budget_methods: tuple[str, ...] = METHODS  # what a budgets run compares
-    problem_field: str | None = None  # the problem's field in DATA; None: the first of PROBLEM_FIELDS present
-    gold_field: str | None = None  # the gold answer's field; None: the first of GOLD_FIELDS present
+    problem_field: str | None = None  # the problem's field in DATA; None: the first of data.problems.PROBLEM_FIELDS
+    gold_field: str | None = None  # the gold answer's field; None: the first of data.problems.GOLD_FIELDS
     limit: int | None = None  # search only the first N problems
     overwrite: bool = False  # start OUT afresh instead of continuing it
 

@@ -1,0 +1,137 @@
+"""Problem rows and resumable JSONL output: what `prmkit label` and `prmkit search` both read and write.
+
+A problem row holds the problem (`prompt`, `problem` or `question`, or the field --problem-field names) and, where
+the data has one, its gold answer (`gold_answer` or `answer`, or --gold-field; GSM8K's `answer` is a worked
+solution ending "#### N", read as N). Every bad row of a file is reported in one error.
+
+The output is JSON lines appended a batch at a time, each batch flushed and synced to disk, so a killed run loses
+at most the batch it was working on. On the next start a last line cut off by the kill (no newline) is truncated
+away; what the lines already there must match is the command's own business.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+from prmkit.answers import gold_answer
+from prmkit.data.rows import RowReader
+from prmkit.errors import PRMError
+
+PROBLEM_FIELDS = ("prompt", "problem", "question")  # tried in this order when no problem field is named
+GOLD_FIELDS = ("gold_answer", "answer")  # likewise for the gold field; synthetic records carry both, gold first
+MAX_LISTED = 10  # bad rows spelled out in one error; the rest are counted
+
+T = TypeVar("T")
+
+
+def read_problem_rows(path: str | Path, parse: Callable[[int, object], T], *, limit: int | None, purpose: str,
+                      expected: str, lenient: bool = False) -> list[T]:
+    """`parse(row_number, value)` on every row (the first `limit`), or one PRMError naming every bad row.
+
+    `purpose` ends "rows cannot be ..." ("labelled", "searched"); `expected` says what a row holds, for an empty
+    file. With `lenient`, rows that are not JSON are listed with the bad ones instead of stopping the read.
+    """
+    reader = RowReader(path, lenient=lenient)
+    parsed: list[T] = []
+    bad: list[str] = []
+    for row in reader:
+        if limit is not None and len(parsed) + len(bad) >= limit:
+            break
+        if row.problem is not None:
+            bad.append(f"  {reader.path}: row {row.number} {row.problem}")
+            continue
+        try:
+            parsed.append(parse(row.number, row.value))
+        except PRMError as err:
+            bad.append(f"  {reader.path}: row {row.number}, {err}")
+    if bad:
+        more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
+        raise PRMError(f"{reader.path}: {len(bad)} of {len(parsed) + len(bad)} rows cannot be {purpose}:\n"
+                       + "\n".join(bad[:MAX_LISTED]) + more)
+    if not parsed:
+        raise PRMError(f"{reader.path}: no rows; give a file with {expected}")
+    return parsed
+
+
+def problem_text(value, field: str | None, example: str) -> str:
+    """The row's problem: from `field`, or the first of PROBLEM_FIELDS present. `example` shows a good row."""
+    if not isinstance(value, dict):
+        raise PRMError(f"field '-': expected an object such as {example}, got {type(value).__name__}")
+    name = field or next((f for f in PROBLEM_FIELDS if f in value), None)
+    if name is None or name not in value:
+        tried = f"'{field}'" if field else "/".join(PROBLEM_FIELDS)
+        raise PRMError(f"field '{tried}': missing; give the problem there, or name its field with "
+                       f"--problem-field (keys here: {', '.join(sorted(value)) or 'none'})")
+    text = value[name]
+    if not isinstance(text, str) or not text.strip():
+        raise PRMError(f"field '{name}': the problem must be a non-empty string, got {short(text)}")
+    return text
+
+
+def problem_gold(value: dict, field: str | None, *, required: bool) -> str | None:
+    """The row's gold answer as an answer (a "#### N" solution cut to N): from `field`, or the first of GOLD_FIELDS
+    that is not null. None when the row has none and it is not `required`."""
+    name = field or next((f for f in GOLD_FIELDS if value.get(f) is not None), None)
+    if name is None or value.get(name) is None:
+        if required:
+            tried = f"'{field}'" if field else "/".join(GOLD_FIELDS)
+            raise PRMError(f"field '{tried}': missing; labels are measured against a gold answer: give it there, "
+                           "or name its field with --gold-field")
+        if field and field not in value:
+            raise PRMError(f"field '{field}': missing (--gold-field names it); give the gold answer there, or leave "
+                           "--gold-field unset to go without one")
+        return None
+    gold = value[name]
+    if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
+        raise PRMError(f"field '{name}': a gold answer is a string or a number, got {short(gold)}; "
+                       "write it as text, e.g. \"\\\\frac{1}{2}\"")
+    answer = gold_answer(str(gold))
+    if not answer and required:
+        raise PRMError(f"field '{name}': the gold answer is empty; give the final answer, e.g. \"18\"")
+    return answer or None
+
+
+def short(value) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class AppendedJsonl:
+    """A JSONL output that a run appends to and a later run continues: `lines()` are the complete lines already
+    there (a torn last line truncated away, `truncated` then True), `append` writes a batch and syncs it."""
+
+    def __init__(self, path: str | Path, *, holds: str, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.suffix.lower() not in (".jsonl", ".ndjson"):
+            raise PRMError(f"{self.path}: the output is JSON lines, {holds}; give a .jsonl path")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            self.path.unlink(missing_ok=True)
+        self.truncated = False
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """(line number, line) for every non-empty complete line."""
+        if not self.path.exists():
+            return
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        if lines and lines[-1] and not raw.endswith(b"\n"):
+            # A kill in the middle of a write leaves a last line without its newline: what it held is redone.
+            with self.path.open("r+b") as handle:
+                handle.truncate(len(raw) - len(lines[-1]))
+            lines, self.truncated = lines[:-1], True
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                yield number, line
+
+    def append(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with self.path.open("a", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                handle.flush()
+            os.fsync(handle.fileno())
