@@ -96,6 +96,7 @@ def main() -> None:
                                     **metrics(scores, splits["heldout"], gold)}
         results.update(rows=args.rows, eval_rows=args.eval_rows, processbench_rows=args.processbench_rows,
                        max_length=MAX_LENGTH, batch_size=4, recipe=list(RECIPE), command=" ".join(sys.argv))
+        common_rows(results, work)
         args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(table(results), flush=True)
 
@@ -147,13 +148,28 @@ def metrics(scores: dict, heldout: Path, gold: dict[str, list[int]]) -> dict:
                              for split, r in processbench.items()}}
 
 
+def common_rows(results: dict, work: Path) -> None:
+    """The held-out AUROC again on the rows whose rated step every system scored: systems truncate differently
+    (TRL and soup-cli cut from the right, prmkit drops whole steps), so each one's own subset differs a little."""
+    labels = [bool(json.loads(line)["labels"][-1]) for line in open(work / "heldout.jsonl", encoding="utf-8")]
+    last = {name: [s[-1] if s else None for s in json.loads((work / f"{name}.heldout.scores.json").read_text())]
+            for name in results["systems"]}
+    common = [i for i in range(len(labels)) if all(scores[i] is not None for scores in last.values())]
+    for name, scores in last.items():
+        results["systems"][name]["heldout_common"] = {
+            "rows": len(common), "auroc": round(auroc([scores[i] for i in common], [labels[i] for i in common]), 4)}
+
+
 def table(results: dict) -> str:
-    lines = ["| system | held-out last-step AUROC (rows scored) | ProcessBench gsm8k F1 (calibration) | "
-             "ProcessBench math F1 | training wall (s) |", "|---|---:|---:|---:|---:|"]
+    lines = ["| system | held-out last-step AUROC (rows scored) | the same on the rows every system scored | "
+             "ProcessBench gsm8k F1 (calibration) | ProcessBench math F1 | training wall (s) |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, s in results["systems"].items():
         f1 = {split: s["processbench"][split]["f1"] for split in ("gsm8k", "math")}
+        common = s["heldout_common"]
         lines.append(f"| {name} | {s['heldout_last_step_auroc']} ({s['heldout_rows_scored']}/{s['heldout_rows']}) | "
-                     f"{f1['gsm8k']} | {f1['math']} | {s['training']['wall_s']} |")
+                     f"{common['auroc']} ({common['rows']}) | {f1['gsm8k']} | {f1['math']} | "
+                     f"{s['training']['wall_s']} |")
     return "\n".join(lines)
 
 
