@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import DATA, ROOT, prmkit_train, run, soup_train, timed  # noqa: E402
+from peers import DATA, ROOT, peer_commands, prmkit_train, run, timed  # noqa: E402
 
 from prmkit.backbones import resolve_base  # noqa: E402
 from prmkit.evaluation.evaluate import evenly_spaced  # noqa: E402
@@ -67,16 +67,8 @@ def main() -> None:
             for name, path in splits.items() if name != "heldout"}
 
     train_rows = work / "train.jsonl"
-    commands = {
-        "trl": lambda out: [str(args.peers_dir / "trl" / "bin" / "python"), str(args.harness / "trl_prm.py"), base,
-                            str(train_rows), str(out), "lora", str(MAX_LENGTH)],
-        "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
-                                            "training.lr=1e-4", max_length=MAX_LENGTH),
-        "pk-recipe": lambda out: prmkit_train(work, base, train_rows, out, *RECIPE, max_length=MAX_LENGTH),
-        "soup": lambda out: soup_train(args, work, base, train_rows, out, max_length=MAX_LENGTH),
-        "pk-full": lambda out: prmkit_train(work, base, train_rows, out, "model.finetune=full", "training.lr=1e-5",
-                                            max_length=MAX_LENGTH),
-    }
+    commands = peer_commands(args, work, base, train_rows, max_length=MAX_LENGTH)
+    commands["pk-recipe"] = lambda out: prmkit_train(work, base, train_rows, out, *RECIPE, max_length=MAX_LENGTH)
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results.setdefault("systems", {})
     for name in args.systems.split(","):

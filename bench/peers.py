@@ -60,16 +60,7 @@ def main() -> None:
         run([sys.executable, str(args.harness / "prm800k_rows.py"), str(DATA / "phase1_test.stepwise-critic.parquet"),
              str(work / "eval.jsonl"), str(args.eval_rows), "1"])
 
-    commands = {
-        "trl": lambda out: [str(args.peers_dir / "trl" / "bin" / "python"), str(args.harness / "trl_prm.py"), base,
-                            str(train_rows), str(out), "lora", "256"],
-        "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
-                                            "training.lr=1e-4"),
-        "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
-                                                   "training.lr=1e-4", "training.group_by_length=false"),
-        "soup": lambda out: soup_train(args, work, base, train_rows, out),
-        "pk-full": lambda out: prmkit_train(work, base, train_rows, out, "model.finetune=full", "training.lr=1e-5"),
-    }
+    commands = peer_commands(args, work, base, train_rows, max_length=256)
     systems = args.systems.split(",")
     results: dict[str, list[dict]] = {name: [] for name in systems}
     for repeat in range(args.repeats):
@@ -97,6 +88,22 @@ def main() -> None:
                "ratios": ratios, "command": " ".join(sys.argv)}
     args.out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(table(payload))
+
+
+def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: int) -> dict:
+    """The command line of each system on TRAIN_ROWS, by name, given the folder it writes to."""
+    return {
+        "trl": lambda out: [str(args.peers_dir / "trl" / "bin" / "python"), str(args.harness / "trl_prm.py"), base,
+                            str(train_rows), str(out), "lora", str(max_length)],
+        "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
+                                            "training.lr=1e-4", max_length=max_length),
+        "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
+                                                   "training.lr=1e-4", "training.group_by_length=false",
+                                                   max_length=max_length),
+        "soup": lambda out: soup_train(args, work, base, train_rows, out, max_length=max_length),
+        "pk-full": lambda out: prmkit_train(work, base, train_rows, out, "model.finetune=full", "training.lr=1e-5",
+                                            max_length=max_length),
+    }
 
 
 def prmkit_train(work: Path, base: str, train_rows: Path, out: Path, *overrides: str,
