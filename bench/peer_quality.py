@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import DATA, ROOT, peer_commands, prmkit_train, run, timed  # noqa: E402
@@ -147,9 +149,31 @@ def common_rows(results: dict, work: Path) -> None:
     last = {name: [s[-1] if s else None for s in json.loads((work / f"{name}.heldout.scores.json").read_text())]
             for name in results["systems"]}
     common = [i for i in range(len(labels)) if all(scores[i] is not None for scores in last.values())]
-    for name, scores in last.items():
-        results["systems"][name]["heldout_common"] = {
-            "rows": len(common), "auroc": round(auroc([scores[i] for i in common], [labels[i] for i in common]), 4)}
+    gold = np.array([labels[i] for i in common])
+    scored = {name: np.array([scores[i] for i in common]) for name, scores in last.items()}
+    reference = scored.get("trl")
+    for name, scores in scored.items():
+        summary = {"rows": len(common), "auroc": round(auroc(scores, gold), 4),
+                   "auroc_95": bootstrap_interval(gold, scores)}
+        if reference is not None and name != "trl":
+            summary["minus_trl_95"] = bootstrap_interval(gold, scores, reference)
+        results["systems"][name]["heldout_common"] = summary
+
+
+def bootstrap_interval(gold: np.ndarray, scores: np.ndarray, minus: np.ndarray | None = None,
+                       resamples: int = 1000) -> list[float]:
+    """95% interval of the AUROC (or of its difference from the AUROC of `minus` on the same rows), from resampling
+    the rows with replacement: with a few hundred rated steps, differences of a few hundredths are noise, and this
+    says how many."""
+    rng = np.random.default_rng(0)
+    values = []
+    for _ in range(resamples):
+        rows = rng.integers(0, len(gold), len(gold))
+        if gold[rows].all() or not gold[rows].any():
+            continue
+        value = auroc(scores[rows], gold[rows])
+        values.append(value - auroc(minus[rows], gold[rows]) if minus is not None else value)
+    return [round(float(v), 4) for v in np.percentile(values, [2.5, 97.5])]
 
 
 def table(results: dict) -> str:
