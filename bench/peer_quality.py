@@ -177,14 +177,16 @@ def bootstrap_interval(gold: np.ndarray, scores: np.ndarray, minus: np.ndarray |
 
 
 def table(results: dict) -> str:
-    lines = ["| system | held-out last-step AUROC (rows scored) | the same on the rows every system scored | "
-             "ProcessBench gsm8k F1 (calibration) | ProcessBench math F1 | training wall (s) |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| system | held-out last-step AUROC (rows scored) | the same on the rows every system scored [95%] | "
+             "minus TRL's [95%] | ProcessBench gsm8k F1 (calibration) | ProcessBench math F1 | training wall (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, s in results["systems"].items():
         f1 = {split: s["processbench"][split]["f1"] for split in ("gsm8k", "math")}
         common = s["heldout_common"]
+        interval = common.get("auroc_95", "")
+        versus_trl = common.get("minus_trl_95", "-")
         lines.append(f"| {name} | {s['heldout_last_step_auroc']} ({s['heldout_rows_scored']}/{s['heldout_rows']}) | "
-                     f"{common['auroc']} ({common['rows']}) | {f1['gsm8k']} | {f1['math']} | "
+                     f"{common['auroc']} ({common['rows']}) {interval} | {versus_trl} | {f1['gsm8k']} | {f1['math']} | "
                      f"{s['training']['wall_s']} |")
     return "\n".join(lines)
 
