@@ -63,6 +63,7 @@ def register(commands) -> None:
 
 def cmd_train(args) -> int:
     from prmkit.config import load_config
+    from prmkit.scoring.distributed import leave_process_group
     from prmkit.training.run_folder import is_main_process
     from prmkit.training.summary import print_summary
     from prmkit.training.trainer import train
@@ -70,6 +71,8 @@ def cmd_train(args) -> int:
     config = load_config(args.config, args.overrides)
     quiet_transformers()
     summary = train(config, overwrite=args.overwrite)
+    # under torchrun, a gloo group left for interpreter exit to tear down can abort the process after a finished run
+    leave_process_group()
     if is_main_process():  # under torchrun every rank returns; one table is enough
         print_summary(summary)
     return 0
