@@ -67,6 +67,7 @@ def main() -> None:
     splits = prepare_rows(args, work)
     gold = {name: [json.loads(line)["first_error"] for line in open(path, encoding="utf-8")]
             for name, path in splits.items() if name != "heldout"}
+    heldout_labels = [bool(json.loads(line)["labels"][-1]) for line in open(splits["heldout"], encoding="utf-8")]
 
     train_rows = work / "train.jsonl"
     commands = peer_commands(args, work, base, train_rows, max_length=MAX_LENGTH)
@@ -87,10 +88,10 @@ def main() -> None:
                 path.write_text(json.dumps(step_scores(name, out, args, base, splits[split])))
             scores[split] = json.loads(path.read_text())
         results["systems"][name] = {"training": json.loads(done.read_text()),
-                                    **metrics(scores, splits["heldout"], gold)}
+                                    **metrics(scores, heldout_labels, gold)}
         results.update(rows=args.rows, eval_rows=args.eval_rows, processbench_rows=args.processbench_rows,
                        max_length=MAX_LENGTH, batch_size=4, recipe=list(RECIPE), command=" ".join(sys.argv))
-        common_rows(results, work)
+        common_rows(results, work, heldout_labels)
         args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(table(results), flush=True)
 
@@ -129,8 +130,7 @@ def step_scores(name: str, run_dir: Path, args, base: str, rows: Path) -> list[l
     return json.loads(out.read_text())
 
 
-def metrics(scores: dict, heldout: Path, gold: dict[str, list[int]]) -> dict:
-    labels = [bool(json.loads(line)["labels"][-1]) for line in open(heldout, encoding="utf-8")]
+def metrics(scores: dict, labels: list[bool], gold: dict[str, list[int]]) -> dict:
     pairs = [(s[-1], label) for s, label in zip(scores["heldout"], labels) if s and s[-1] is not None]
     calibrated = calibrate_threshold(scores["gsm8k"], gold["gsm8k"])
     threshold = calibrated["threshold"]
@@ -142,10 +142,9 @@ def metrics(scores: dict, heldout: Path, gold: dict[str, list[int]]) -> dict:
                              for split, r in processbench.items()}}
 
 
-def common_rows(results: dict, work: Path) -> None:
+def common_rows(results: dict, work: Path, labels: list[bool]) -> None:
     """The held-out AUROC again on the rows whose rated step every system scored: systems truncate differently
     (TRL and soup-cli cut from the right, prmkit drops whole steps), so each one's own subset differs a little."""
-    labels = [bool(json.loads(line)["labels"][-1]) for line in open(work / "heldout.jsonl", encoding="utf-8")]
     last = {name: [s[-1] if s else None for s in json.loads((work / f"{name}.heldout.scores.json").read_text())]
             for name in results["systems"]}
     common = [i for i in range(len(labels)) if all(scores[i] is not None for scores in last.values())]
@@ -183,11 +182,10 @@ def table(results: dict) -> str:
     for name, s in results["systems"].items():
         f1 = {split: s["processbench"][split]["f1"] for split in ("gsm8k", "math")}
         common = s["heldout_common"]
-        interval = common.get("auroc_95", "")
-        versus_trl = common.get("minus_trl_95", "-")
+        versus_trl = common.get("minus_trl_95", "-")  # TRL itself, or a run without TRL
         lines.append(f"| {name} | {s['heldout_last_step_auroc']} ({s['heldout_rows_scored']}/{s['heldout_rows']}) | "
-                     f"{common['auroc']} ({common['rows']}) {interval} | {versus_trl} | {f1['gsm8k']} | {f1['math']} | "
-                     f"{s['training']['wall_s']} |")
+                     f"{common['auroc']} ({common['rows']}) {common['auroc_95']} | {versus_trl} | "
+                     f"{f1['gsm8k']} | {f1['math']} | {s['training']['wall_s']} |")
     return "\n".join(lines)
 
 
