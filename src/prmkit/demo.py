@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prmkit.config import Config, build_config
+from prmkit import display
 from prmkit.display import format_value
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import step_metrics
@@ -120,7 +121,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict:
     from prmkit.training.summary import print_summary
     from prmkit.training.trainer import train
 
-    console = console or Console()
+    console = console or display.console()
     out = options.out
     if out.exists() and any(out.iterdir()) and not options.overwrite:
         raise PRMError(f"{out} already holds a demo; pass --overwrite to replace it or --out for another folder")

@@ -16,3 +16,11 @@ def format_value(value, spec: str = ".3f") -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     return str(value)
+
+
+def console(*, stderr: bool = False):
+    """A rich console for command output. Lines are never hard-wrapped: piped into a file or grep, a message stays
+    on one line whatever the terminal's width (rich would otherwise cut lines at 80 columns when not on a tty)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True)

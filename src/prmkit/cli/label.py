@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prmkit import display
 from prmkit.cli.common import add_generation_flags, generation_options, quiet_transformers, unescape
 from prmkit.labeling.options import AFTER_ERROR, LABEL_KINDS, METHODS, LabelOptions
 
@@ -62,8 +63,6 @@ def label_options(args: argparse.Namespace) -> LabelOptions:
 
 
 def cmd_label(args) -> int:
-    from rich.console import Console
-
     options = label_options(args)
     generation = generation_options(args)
     from prmkit.labeling.problems import read_problems
@@ -73,7 +72,7 @@ def cmd_label(args) -> int:
     quiet_transformers()
     from prmkit.generation import load_generator
 
-    console = Console()
+    console = display.console()
     generator = load_generator(args.policy, generation)
 
     def announce(budget) -> None:

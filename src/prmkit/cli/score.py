@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from prmkit import display
 from prmkit.cli.common import add_scoring_flags, quiet_transformers, scoring_options
 from prmkit.evaluation.options import EvalOptions
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
@@ -80,12 +81,11 @@ def cmd_score(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from rich.console import Console
 
     from prmkit.evaluation.evaluate import evaluate
     from prmkit.evaluation.tables import render_tables
 
-    console = Console()
+    console = display.console()
     options = EvalOptions(threshold=args.threshold, calibrate_on=args.calibrate_on, out=args.out, limit=args.limit,
                           report_chains=args.report_chains)
     quiet_transformers()

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from prmkit import display
 from prmkit.cli.common import (
     add_generation_flags,
     add_scoring_flags,
@@ -71,8 +72,6 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
 
 
 def cmd_search(args) -> int:
-    from rich.console import Console
-
     from prmkit.search.problems import read_problems
 
     options = search_options(args)
@@ -86,7 +85,7 @@ def cmd_search(args) -> int:
     from prmkit.search.report import budget_table
     from prmkit.search.run import run_search
 
-    console = Console(soft_wrap=True)  # paths and summary lines stay whole when piped
+    console = display.console()
     scorer = PRMScorer.from_options(args.run, scoring_options(args))
     generator = load_generator(args.policy, generation)
     try:

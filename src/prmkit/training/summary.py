@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prmkit import display
 from prmkit.display import format_value
 
 
@@ -76,7 +77,7 @@ def _with_start(value, start) -> str:
 
 
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or display.console()
     table = Table(title="prmkit train", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
