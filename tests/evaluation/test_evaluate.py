@@ -124,3 +124,41 @@ def test_real_processbench_rows(run, tmp_path):
     result = metrics["splits"]["gsm8k"]["processbench"]
     assert result["n_error"] + result["n_correct"] == 6 and result["n_error"] and result["n_correct"]
     assert set(evaluate_threshold([[0.0]], [0], 0.5)) <= set(result)  # the keys of the pure function
+
+
+def rated_run(run, tmp_path, scheme: str) -> Path:
+    """A copy of the tiny run whose metadata says its training data was read with `scheme`."""
+    import shutil
+
+    copy = tmp_path / f"run-{scheme}"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("eval", "checkpoint-*"))
+    metadata = json.loads((copy / "prmkit.json").read_text())
+    (copy / "prmkit.json").write_text(json.dumps({**metadata, "label_scheme": scheme}))
+    return copy
+
+
+def test_labels_are_read_with_the_runs_label_scheme(run, tmp_path):
+    write_jsonl([{"prompt": "What is 2 + 2?", "completions": ["2 + 2 = 4.", "So 4."], "labels": [1, 0]}],
+                tmp_path / "no-minus-one.jsonl")
+    notes, rated = [], rated_run(run, tmp_path, "ternary")
+    split = evaluate(rated, [tmp_path / "no-minus-one.jsonl"],
+                     EvalOptions(out=tmp_path / "t"), CPU, progress=notes.append).splits["no-minus-one"]
+    # trained on ratings: the 0 is neutral (positive), so the chain has no first error; detected per file it was
+    # binary and the 0 a wrong step
+    assert split["label_scheme"] == "ternary" and split["processbench"]["n_correct"] == 1
+    assert split["step"]["positive_rate"] == 1.0
+    assert any("--label-scheme binary" in note for note in notes)
+    given = evaluate(rated, [tmp_path / "no-minus-one.jsonl"],
+                     EvalOptions(out=tmp_path / "b", label_scheme="binary"), CPU, progress=quiet)
+    assert given.splits["no-minus-one"]["processbench"]["n_error"] == 1
+
+
+def test_a_rating_under_a_binary_run_names_the_flag(run, tmp_path):
+    write_jsonl([{"prompt": "What is 2 + 2?", "completions": ["2 + 2 = 4.", "So 5."], "labels": [0, -1]}],
+                tmp_path / "rated.jsonl")
+    assert json.loads((run / "prmkit.json").read_text())["label_scheme"] == "binary"
+    with pytest.raises(PRMError, match=r"row 1, field 'labels': label -1 is a -1/0/\+1 rating.*--label-scheme"):
+        evaluate(run, [tmp_path / "rated.jsonl"], EvalOptions(out=tmp_path / "x"), CPU, progress=quiet)
+    metrics = evaluate(run, [tmp_path / "rated.jsonl"], EvalOptions(out=tmp_path / "y", label_scheme="ternary"),
+                       CPU, progress=quiet).splits["rated"]
+    assert metrics["label_scheme"] == "ternary" and metrics["step"]["positive_rate"] == 0.5

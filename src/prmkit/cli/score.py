@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prmkit import display
 from prmkit.cli.common import add_scoring_flags, quiet_transformers, scoring_options
-from prmkit.evaluation.options import EvalOptions
+from prmkit.evaluation.options import LABEL_SCHEMES, EvalOptions
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
 from prmkit.scoring.options import ScoreFileOptions
 
@@ -50,6 +50,9 @@ def register(commands) -> None:
                           help="use N rows of each file, evenly spaced through it")
     evaluate.add_argument("--report-chains", type=int, default=EVAL_DEFAULTS.report_chains,
                           help="chains per split in report.html (default: %(default)s)")
+    evaluate.add_argument("--label-scheme", default=EVAL_DEFAULTS.label_scheme, choices=LABEL_SCHEMES,
+                          help="read labels as binary (0 = wrong) or ternary (-1/0/+1 ratings), or detect per file "
+                               "(auto); default: as the run's training data was read")
     add_scoring_flags(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
@@ -87,7 +90,7 @@ def cmd_eval(args) -> int:
 
     console = display.console()
     options = EvalOptions(threshold=args.threshold, calibrate_on=args.calibrate_on, out=args.out, limit=args.limit,
-                          report_chains=args.report_chains)
+                          report_chains=args.report_chains, label_scheme=args.label_scheme)
     quiet_transformers()
     result = evaluate(args.run, args.data, options, scoring_options(args), progress=console.print)
     for table in render_tables(result):

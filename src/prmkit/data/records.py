@@ -76,6 +76,10 @@ def normalise_label(value: Any, scheme: str, neutral: NeutralPolicy) -> float | 
         if value == 0.0:
             return NEUTRAL_VALUES[neutral]
         return 1.0 if value > 0 else 0.0
+    if value == -1.0:  # only reached when the scheme was given or inherited: "auto" reads a -1 as ternary
+        raise ValueError("label -1 is a -1/0/+1 rating, but these labels are read as binary (0 = wrong, the "
+                         "scheme given or the training data's); read them as ratings with the label scheme "
+                         "'ternary' (data.label_scheme=ternary, --label-scheme ternary), or relabel with 0/1")
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"label {value:g} is outside [0, 1]; use 0/1, a probability, or -1/0/+1 ratings")
     return value

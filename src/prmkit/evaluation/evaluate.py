@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from prmkit.data.formats_base import guess_format
+from prmkit.data.formats_base import ConversionReport, guess_format
 from prmkit.data.records import detect_scheme, normalise_label
 from prmkit.data.rows import Row, RowReader
 from prmkit.errors import PRMError
@@ -95,14 +95,19 @@ class Split:
     path: Path
     chains: list[Chain]
     seconds: float = 0.0
+    label_scheme: str = "binary"  # how this file's labels were read
+    notes: list[str] = field(default_factory=list)  # what the reader decided that the user should know
 
 
-def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None, name: str | None = None) -> Split:
+def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None, name: str | None = None,
+               label_scheme: str | None = None) -> Split:
     """Read a data file into chains (`limit` rows evenly spaced, each keeping its row number in the file); a raw
-    ProcessBench (or other known) layout is converted first."""
+    ProcessBench (or other known) layout is converted first. Labels are read with `label_scheme`, else with the
+    run's (see `split_label_scheme`)."""
     path = Path(path)
-    numbered = _converted(evenly_spaced(list(RowReader(path)), limit), path)
-    scheme = detect_scheme(row.value for row in numbered)
+    numbered, conversion = _converted(evenly_spaced(list(RowReader(path)), limit), path)
+    scheme, notes = split_label_scheme([row.value for row in numbered], path, scorer.metadata,
+                                       label_scheme, converted=conversion is not None)
     chains: list[Chain] = []
     for number, row in ((r.number, r.value) for r in numbered):
         where = f"{path}: row {number}"
@@ -118,22 +123,45 @@ def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None,
         chains.append(Chain(parsed.prompt, parsed.steps[0], labels, first_error,
                             None if correct is None else bool(correct), row.get("answer"), group=parsed.prompt,
                             title=str(row.get("id", f"row {number}")), prmbench_class=_prmbench_class(row, where)))
-    return Split(name or path.stem, path, chains)
+    return Split(name or path.stem, path, chains, label_scheme=scheme, notes=notes)
 
 
-def _converted(rows: list[Row], path: Path) -> list[Row]:
-    """Rows in a known raw layout (ProcessBench's problem/steps/label) become records. A conversion that keeps one
-    record per row keeps the row numbers; one that merges rows numbers the records in order."""
+def split_label_scheme(rows: list, path: Path, metadata, given: str | None, *,
+                       converted: bool = False) -> tuple[str, list[str]]:
+    """The scheme a file's labels are read with, and a note when that reading is a guess. One rule per run, so a
+    0 means here what it meant in training: the scheme given (`--label-scheme`), else the run's own
+    (`metadata.label_scheme`, resolved from its training data); `auto`, or a run that recorded none, detects
+    it per file. Rows converted from a raw benchmark layout hold normalised labels and are always binary."""
+    if converted:
+        return "binary", []
+    wanted = given or metadata.label_scheme or "auto"
+    detected = detect_scheme(rows)
+    if wanted == "auto":
+        return detected, []
+    notes = []
+    has_zero = any(isinstance(row, dict) and isinstance(row.get("labels"), list)
+                   and any(label == 0 and not isinstance(label, bool) for label in row["labels"]) for row in rows)
+    if given is None and wanted == "ternary" and detected == "binary" and has_zero:
+        notes.append(f"{path}: no label is -1, and the run was trained on -1/0/+1 ratings, so a 0 label is read "
+                     f"as a neutral rating ({metadata.neutral_label}); if 0 means a wrong step in this file "
+                     "(e.g. one written by prmkit data convert), pass --label-scheme binary")
+    return wanted, notes
+
+
+def _converted(rows: list[Row], path: Path) -> tuple[list[Row], ConversionReport | None]:
+    """Rows in a known raw layout (ProcessBench's problem/steps/label) become records, with the conversion's
+    report (None for rows that are records already). A conversion that keeps one record per row keeps the row
+    numbers; one that merges or skips rows numbers the records in order."""
     first = rows[0].value if rows else None
     source_format = guess_format(first) if isinstance(first, dict) and "prompt" not in first else None
     if not source_format or source_format == "trl":
-        return rows
+        return rows, None
     from prmkit.data.convert import convert_rows
 
-    records, _ = convert_rows(source_format, [row.value for row in rows], str(path))
+    records, report = convert_rows(source_format, [row.value for row in rows], str(path))
     if len(records) == len(rows):
-        return [Row(row.number, record) for row, record in zip(rows, records)]
-    return [Row(index + 1, record) for index, record in enumerate(records)]
+        return [Row(row.number, record) for row, record in zip(rows, records)], report
+    return [Row(index + 1, record) for index, record in enumerate(records)], report
 
 
 def evenly_spaced(rows: list, limit: int | None) -> list:
@@ -223,7 +251,7 @@ def best_of_n_groups(split: Split) -> list[dict]:
 def split_metrics(split: Split, threshold: float) -> dict:
     scores, labels = step_pairs(split)
     chains = first_error_chains(split)
-    result: dict = {"rows": len(split.chains), "score_seconds": round(split.seconds, 2),
+    result: dict = {"rows": len(split.chains), "label_scheme": split.label_scheme, "score_seconds": round(split.seconds, 2),
                     "chains_per_s": round(len(split.chains) / split.seconds, 2) if split.seconds else None,
                     "steps_unscored": sum(s is None for c in split.chains for s in c.scores),
                     "step": step_metrics(scores, labels, threshold) if scores else None}
@@ -268,15 +296,17 @@ def evaluate(run: str | Path, data: list[str | Path], options: EvalOptions = Eva
     load_s = time.perf_counter() - started
     splits = []
     for path, name in zip(data, _unique_names(data)):
-        split = load_split(path, scorer, limit=options.limit, name=name)
+        split = load_split(path, scorer, limit=options.limit, name=name, label_scheme=options.label_scheme)
+        for note in split.notes:
+            progress(f"note: {note}")
         progress(f"scoring {split.name}: {len(split.chains)} chains on {scorer.device} "
                  f"({str(scorer.dtype).replace('torch.', '')})")
         splits.append(score_split(scorer, split))
     calibration = None
     if options.calibrate_on is not None:
         same = [s for s in splits if s.path.resolve() == Path(options.calibrate_on).resolve()]
-        calibration = same[0] if same else score_split(scorer, load_split(options.calibrate_on, scorer,
-                                                                          limit=options.limit))
+        calibration = same[0] if same else score_split(scorer, load_split(
+            options.calibrate_on, scorer, limit=options.limit, label_scheme=options.label_scheme))
     chosen = choose_threshold(options.threshold, calibration)
 
     per_split = {s.name: split_metrics(s, chosen.value) for s in splits}

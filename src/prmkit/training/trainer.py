@@ -167,7 +167,9 @@ def load_splits(config: Config):
     reports = [train_report]
     val_records: list[dict] = []
     if config.data.val:
-        val_records, val_report = load_records(config.data.val, **options)
+        # one label scheme for the run: a validation file without -1 must not read a 0 as wrong when training
+        # read it as a neutral rating
+        val_records, val_report = load_records(config.data.val, **{**options, "scheme": train_report.scheme})
         reports.append(val_report)
     elif config.data.val_fraction:
         from prmkit.data.stats import split_records
