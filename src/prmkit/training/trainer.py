@@ -97,15 +97,26 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
                                     num_items_in_batch=num_items_in_batch)
 
 
-class NoDuplicateFinalCheckpoint(TrainerCallback):
-    """transformers saves a checkpoint after the last optimizer step even when it is not a multiple of
-    `save_steps`; the final model is written into the run folder right after, so that checkpoint only repeats it
-    (with optimizer state: three times the weights for a full fine-tune). Checkpoints on the `save_steps` grid are
-    kept as they are."""
+class FinalStepFlow(TrainerCallback):
+    """The end of a run: the final model is written first, then evaluated once (in `train`), so a crash or a
+    pre-emption during that evaluation loses no training.
+
+    At the last optimizer step transformers would evaluate (eval_steps, and again at the epoch end) before any save,
+    and save a checkpoint there even off the `save_steps` grid. Both are turned off for that step: the final model
+    written right after training holds the same weights (an off-grid checkpoint would only repeat it, with optimizer
+    state: three times the weights for a full fine-tune), and `train` evaluates those weights once. Checkpoints on
+    the `save_steps` grid are kept as they are."""
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= state.max_steps and state.global_step % args.save_steps:
-            control.should_save = False
+        if state.global_step >= state.max_steps:
+            control.should_evaluate = False
+            if state.global_step % args.save_steps:
+                control.should_save = False
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps:
+            control.should_evaluate = False
         return control
 
 
@@ -239,7 +250,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
-        metadata=metadata, head_lr=config.training.head_lr, callbacks=[NoDuplicateFinalCheckpoint()],
+        metadata=metadata, head_lr=config.training.head_lr, callbacks=[FinalStepFlow()],
     )
     if trainer.is_world_process_zero():
         write_text_atomic(run_dir / "config.yaml", config_to_yaml(config))
@@ -252,9 +263,8 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
                        f"nothing is unpickled beyond tensors ({refused_object(err)}). Resume only from "
                        "checkpoints your own runs wrote") from None
     duration = time.perf_counter() - started
+    save_final_model(trainer, run_dir, tokenizer, metadata)  # before the evaluation: see FinalStepFlow
     eval_metrics = trainer.evaluate() if val_chains else {}
-
-    save_final_model(trainer, run_dir, tokenizer, metadata)
     trainer.save_state()  # trainer_state.json in the run folder: the full log history, final evaluation included
     # Each process counted its own shard's tokens; the run's throughput is their sum.
     trained_tokens, batch_tokens = (int(x) for x in trainer.accelerator.reduce(
