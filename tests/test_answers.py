@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import prmkit.answers as answers
-from prmkit.answers import AnswerChecker, canonical_answer, extract_answer, fast_check, gold_answer
+from prmkit.answers import AnswerChecker, canonical_answer, extract_answer, fast_check, gold_answer, vote
 from prmkit.errors import PRMError
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -199,3 +199,12 @@ def test_extract_answer_without_the_last_number_rule():
     assert extract_answer("so 3 * 4 = 12 apples", last_number=False) is None
     assert extract_answer("so 3 * 4 = 12. The answer is 12.", last_number=False) == "12"
     assert extract_answer("#### 12", last_number=False) == "12"
+
+
+def test_vote_groups_canonical_answers_and_weighs():
+    assert vote(["1,000", "999", "1000", "999", "1000.0"]) == [[0, 2, 4]]
+    assert vote(["5", None, "6"]) == [[0], [2]]  # a tie: every winner, in order of first appearance
+    assert vote([None, None]) == [] and vote([]) == []
+    assert vote(["5", "6", "6"], weights=[0.9, 0.3, 0.4]) == [[0]]  # the weights decide, not the count
+    with pytest.raises(ValueError, match="2 weights for 3 answers"):
+        vote(["5", "6", "6"], weights=[0.9, 0.3])

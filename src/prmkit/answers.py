@@ -1,11 +1,11 @@
 """Final answers: find one in a solution, put it in a normal form, and check it against a gold answer.
 
-`extract_answer` reads the answer a solution commits to; `canonical_answer` gives equal answers one spelling, so
-answers can be grouped (majority vote); `AnswerChecker` decides whether an answer equals a gold answer. Plain
-numbers are compared here, exactly; everything else (fractions, roots, intervals, matrices, sets) goes to
-math-verify in worker processes. math-verify stops a slow comparison with `signal.alarm`, which only works in
-the main thread of a process and can leave sympy stuck inside C code; a worker process that runs past its time
-is killed and replaced instead, so a pathological answer costs one item, never the caller.
+`extract_answer` reads the answer a solution commits to; `canonical_answer` gives equal answers one spelling,
+so answers can be grouped (`vote`, the majority vote); `AnswerChecker` decides whether an answer equals a gold
+answer. Plain numbers are compared here, exactly; everything else (fractions, roots, intervals, matrices, sets)
+goes to math-verify in worker processes. math-verify stops a slow comparison with `signal.alarm`, which only
+works in the main thread of a process and can leave sympy stuck inside C code; a worker process that runs past
+its time is killed and replaced instead, so a pathological answer costs one item, never the caller.
 """
 
 from __future__ import annotations
@@ -101,6 +101,23 @@ def canonical_answer(text: str | None) -> str | None:
         s = f"\\frac{{{fraction.group(1)}}}{{{fraction.group(2)}}}"
     number = _as_number(s)
     return _number_text(number) if number is not None else s
+
+
+def vote(answers: Sequence[str | None], weights: Sequence[float] | None = None) -> list[list[int]]:
+    """Majority vote over final answers, the one rule for search and evaluation: answers are grouped by
+    `canonical_answer` (so "1,000" and "1000" vote together), a missing answer (None) votes for nothing, and each
+    group counts its candidates, or the sum of their `weights` when given. Returns the winning groups (candidate
+    indices), several on a tie, in order of first appearance; empty when no candidate has an answer."""
+    if weights is not None and len(weights) != len(answers):
+        raise ValueError(f"{len(weights)} weights for {len(answers)} answers")
+    groups: dict[str, list[int]] = {}
+    for index, answer in enumerate(answers):
+        key = canonical_answer(answer)
+        if key is not None:
+            groups.setdefault(key, []).append(index)
+    totals = [len(group) if weights is None else sum(weights[i] for i in group) for group in groups.values()]
+    best = max(totals, default=None)
+    return [group for group, total in zip(groups.values(), totals) if total == best]
 
 
 @dataclass

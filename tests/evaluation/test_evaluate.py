@@ -162,3 +162,11 @@ def test_a_rating_under_a_binary_run_names_the_flag(run, tmp_path):
     metrics = evaluate(run, [tmp_path / "rated.jsonl"], EvalOptions(out=tmp_path / "y", label_scheme="ternary"),
                        CPU, progress=quiet).splits["rated"]
     assert metrics["label_scheme"] == "ternary" and metrics["step"]["positive_rate"] == 0.5
+
+
+def test_majority_vote_counts_spellings_of_one_answer_together(run, tmp_path):
+    write_jsonl([{"prompt": "What is 10 * 100?", "candidates": ["1000.", "1,000.", "999.", "999.", "1000.0."],
+                  "correct": [True, True, False, False, True], "answers": [1000, "1,000", "999", "999", 1000.0]}],
+                tmp_path / "spellings.jsonl")
+    metrics = evaluate(run, [tmp_path / "spellings.jsonl"], EvalOptions(out=tmp_path / "s"), CPU, progress=quiet)
+    assert metrics.splits["spellings"]["best_of_n"]["majority_vote"] == 1.0

@@ -122,6 +122,13 @@ def test_majority_vote():
     assert majority_accuracy(["4", "5", "6", "6", "5"], [True, False, True, True, False]) == 0.5  # 6 vs 5 tie
 
 
+def test_majority_vote_groups_spellings_of_one_answer():
+    # compared as raw strings, "1,000" and "1000" split their vote and "999" ties them
+    assert majority_accuracy(["1,000", "1000", "999", "999", "1000.0"], [True, True, False, False, True]) == 1.0
+    assert majority_accuracy(["\\frac12", "\\dfrac{1}{2}", "0.3"], [True, True, False]) == 1.0
+    assert majority_accuracy([None, None], [True, False]) == 0.5  # no answer at all: a random pick
+
+
 def test_best_of_n_metrics():
     groups = [
         {"correct": [True, False, False], "answers": ["1", "2", "2"],

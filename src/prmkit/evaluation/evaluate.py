@@ -242,16 +242,27 @@ def best_of_n_groups(split: Split) -> list[dict]:
     for chains in grouped.values():
         if len(chains) >= 2:
             answers = [c.answer for c in chains]
-            groups.append({"correct": [c.correct for c in chains],
-                           "answers": None if any(a is None for a in answers) else [json.dumps(a) for a in answers],
+            texts = None if any(a is None for a in answers) else [_answer_text(a) for a in answers]
+            groups.append({"correct": [c.correct for c in chains], "answers": texts,
                            "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})
     return groups
+
+
+def _answer_text(answer: object) -> str:
+    """A row's `answer` as text for the vote: a JSON number as written (1000.0 and "1,000" then vote together),
+    a string as it is, anything else as JSON."""
+    if isinstance(answer, str):
+        return answer
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        return str(answer)
+    return json.dumps(answer)
 
 
 def split_metrics(split: Split, threshold: float) -> dict:
     scores, labels = step_pairs(split)
     chains = first_error_chains(split)
-    result: dict = {"rows": len(split.chains), "label_scheme": split.label_scheme, "score_seconds": round(split.seconds, 2),
+    result: dict = {"rows": len(split.chains), "label_scheme": split.label_scheme,
+                    "score_seconds": round(split.seconds, 2),
                     "chains_per_s": round(len(split.chains) / split.seconds, 2) if split.seconds else None,
                     "steps_unscored": sum(s is None for c in split.chains for s in c.scores),
                     "step": step_metrics(scores, labels, threshold) if scores else None}

@@ -7,10 +7,11 @@ first-error protocol lives in `prmkit.evaluation.processbench`.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Sequence
 
 import numpy as np
+
+from prmkit.answers import vote
 
 
 def auroc(scores, labels) -> float | None:
@@ -126,17 +127,14 @@ def random_accuracy(correct: Sequence[bool]) -> float:
     return sum(map(bool, correct)) / len(correct)
 
 
-def majority_accuracy(answers: Sequence, correct: Sequence[bool]) -> float:
-    """Expected correctness of majority vote over final answers: the most frequent answer wins, a tie between
-    answers is broken at random. An answer's correctness is the share of its candidates marked correct."""
-    counts = Counter(answers)
-    top = max(counts.values())
-    winners = [answer for answer, count in counts.items() if count == top]
-    per_answer = []
-    for answer in winners:
-        marks = [bool(c) for a, c in zip(answers, correct) if a == answer]
-        per_answer.append(sum(marks) / len(marks))
-    return sum(per_answer) / len(per_answer)
+def majority_accuracy(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
+    """Expected correctness of majority vote over final answers (`prmkit.answers.vote`: equal canonical answers
+    vote together, as `prmkit search` counts them), a tie between answers broken at random. An answer's
+    correctness is the share of its candidates marked correct; with no answer at all the pick is random."""
+    winners = vote(answers)
+    if not winners:
+        return random_accuracy(correct)
+    return sum(sum(bool(correct[i]) for i in group) / len(group) for group in winners) / len(winners)
 
 
 def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> dict:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from prmkit.answers import canonical_answer, extract_answer
+from prmkit.answers import extract_answer, vote
 from prmkit.scoring.aggregate import aggregate
 from prmkit.scoring.inputs import split_steps
 
@@ -61,35 +61,21 @@ def best_of_n(solutions: Sequence[Solution]) -> int:
     return ranking([s.score for s in solutions])[0]
 
 
-def _groups(solutions: Sequence[Solution]) -> dict[str, list[int]]:
-    """Indices by canonical answer, in order of first appearance; solutions without an answer are in none."""
-    groups: dict[str, list[int]] = {}
-    for index, solution in enumerate(solutions):
-        key = canonical_answer(solution.answer)
-        if key is not None:
-            groups.setdefault(key, []).append(index)
-    return groups
-
-
 def majority_vote(solutions: Sequence[Solution]) -> int:
-    """The first solution of the most frequent canonical answer (ties: the answer seen first); the first
-    solution when none has an answer."""
-    groups = list(_groups(solutions).values())
-    if not groups:
-        return 0
-    return max(groups, key=len)[0]  # max keeps the first of equal counts
+    """The first solution of the most frequent canonical answer (`prmkit.answers.vote`; ties: the answer seen
+    first); the first solution when none has an answer."""
+    winners = vote([s.answer for s in solutions])
+    return winners[0][0] if winners else 0
 
 
 def weighted_vote(solutions: Sequence[Solution]) -> int:
     """The canonical answer with the largest sum of PRM scores (an unscored solution adds 0; ties: the answer
     seen first), represented by its best-scored solution. Falls back to best-of-n when no solution has an
     answer."""
-    groups = list(_groups(solutions).values())
-    if not groups:
+    winners = vote([s.answer for s in solutions], weights=[s.score or 0.0 for s in solutions])
+    if not winners:
         return best_of_n(solutions)
-    total = [sum(solutions[i].score or 0.0 for i in group) for group in groups]
-    winner = groups[max(range(len(groups)), key=lambda g: (total[g], -g))]
-    return winner[ranking([solutions[i].score for i in winner])[0]]
+    return winners[0][ranking([solutions[i].score for i in winners[0]])[0]]
 
 
 CHOOSERS = {"greedy": best_of_n, "majority": majority_vote, "best-of-n": best_of_n,
