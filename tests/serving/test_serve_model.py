@@ -76,15 +76,16 @@ def test_v1_score_answers_as_prmkit_score_for_each_form(url, tiny_run, records, 
     expected = prmkit_score(tmp_path, tiny_run, rows)
 
     steps = post(url, "/v1/score", {"prompt": record["prompt"], "steps": record["completions"]})
-    assert set(steps) == {"step_scores", "score"} and close(steps["step_scores"], expected[0]["step_scores"])
+    assert set(steps) == {"step_scores", "score", "truncated"} and steps["truncated"] == expected[0]["truncated"] and close(steps["step_scores"], expected[0]["step_scores"])
     assert close(steps["score"], expected[0]["score"])
 
     cut = post(url, "/v1/score", rows[1])
-    assert set(cut) == {"steps", "step_scores", "score"} and cut["steps"] == record["completions"]
+    assert set(cut) == {"steps", "step_scores", "score", "truncated"} and cut["steps"] == record["completions"]
     assert close(cut["step_scores"], expected[1]["step_scores"])
 
     best = post(url, "/v1/score", rows[2])
-    assert set(best) == {"candidate_steps", "step_scores", "scores", "best"}
+    assert set(best) == {"candidate_steps", "step_scores", "scores", "best", "truncated"}
+    assert best["truncated"] == expected[2]["truncated"]
     assert close(best["step_scores"], expected[2]["step_scores"]) and close(best["scores"], expected[2]["scores"])
     assert best["best"] == expected[2]["best"]
 
@@ -97,12 +98,14 @@ def test_get_reward_is_openrlhf_shaped_and_scores_as_prmkit_score(url, tiny_run,
     answer = post(url, "/get_reward", {"query": queries, "prompts": prompts + prompts[:1], "labels": [""] * 7})
     expected = prmkit_score(tmp_path, tiny_run, [{"prompt": p, "completions": r["completions"]}
                                                  for p, r in zip(prompts, records)])
-    assert set(answer) == {"rewards", "scores", "step_scores", "extra_logs"}
+    assert set(answer) == {"rewards", "scores", "step_scores", "truncated", "extra_logs"}
+    assert answer["truncated"][:6] == [row["truncated"] for row in expected] and answer["truncated"][6] is False
     assert close(answer["step_scores"][:6], [row["step_scores"] for row in expected])
     assert close(answer["rewards"][:6], [row["score"] for row in expected]) and answer["rewards"][6] == 0.0
     assert answer["scores"] == answer["rewards"] and answer["step_scores"][6] == []
     logs = answer["extra_logs"]
-    assert set(logs) == {"prm_steps", "prm_unscored_steps", "prm_min_step", "prm_mean_step", "prm_last_step"}
+    assert set(logs) == {"prm_steps", "prm_unscored_steps", "prm_truncated", "prm_min_step", "prm_mean_step",
+                         "prm_last_step"}
     assert all(len(v) == 7 and all(isinstance(x, (int, float)) for x in v) for v in logs.values())
     assert logs["prm_steps"][:6] == [len(r["completions"]) for r in records]
 

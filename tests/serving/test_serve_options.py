@@ -4,6 +4,8 @@ line's errors, and the TRL client's contract (seen as async, clear errors), all 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import pickle
 
 import pytest
 
@@ -49,8 +51,12 @@ def test_strip_end_tokens_removes_trailing_eos_and_padding_only():
 
 def test_remote_reward_is_an_async_reward_function_for_trl():
     reward = RemotePRMReward("http://127.0.0.1:9", aggregate="mean")
-    assert asyncio.iscoroutinefunction(reward)  # what GRPOTrainer checks to run it on its event loop
-    assert reward.__name__ == "prm_mean"
+    # GRPOTrainer asks inspect (TRL 1.x), older code asks asyncio; both must say "async" on every Python
+    assert inspect.iscoroutinefunction(reward) and asyncio.iscoroutinefunction(reward)
+    assert reward.__name__ == "prm_mean" and RemotePRMReward("http://x", name="step_prm").__name__ == "step_prm"
+    copy = pickle.loads(pickle.dumps(reward))
+    assert isinstance(copy, RemotePRMReward) and copy.__name__ == "prm_mean" and inspect.iscoroutinefunction(copy)
+    assert copy.url == reward.url and copy.aggregate == "mean"
     with pytest.raises(PRMError, match="aggregate='median'"):
         RemotePRMReward("http://x", aggregate="median")
     with pytest.raises(PRMError, match="truncated='drop'"):

@@ -150,11 +150,78 @@ def test_failed_batch_is_a_503_and_the_server_keeps_serving(fake):
     assert 'prmkit_errors_total{endpoint="/v1/score",kind="batch_failed"} 1.0' in metrics
 
 
-def test_a_nan_score_fails_the_batch_instead_of_a_broken_answer(fake):
-    fake.score_many = lambda chains: [[float("nan")] * len(steps) for _, steps in chains]
+def test_a_nan_score_gives_its_chain_the_floor_and_leaves_the_batch_alone(fake):
+    real = fake.score_many
+    fake.score_many = lambda chains: [[float("nan")] * len(steps) if "nan" in prompt else s
+                                      for (prompt, steps), s in zip(chains, real(chains))]
+    with serve(fake, max_wait_ms=200) as url:
+        answers = run(post_all(url, [{"prompt": "a nan", "steps": ["x", "y"]}, good(1)]))
+        reward = run(post_all(url, [{"query": ["a nan x"], "prompts": ["a nan"]}], "/get_reward"))[0]
+        metrics = httpx.get(f"{url}/metrics", headers=AUTH).text
+    assert [a.status_code for a in answers] == [200, 200] and reward.status_code == 200
+    assert answers[0].json()["step_scores"] == [None, None] and answers[0].json()["score"] is None
+    assert answers[1].json()["step_scores"] == FakeScorer.expected("problem 1", ["a", "bb"])
+    assert reward.json()["rewards"] == [0.0] and reward.json()["step_scores"] == [[None]]
+    assert "prmkit_nonfinite_chains_total 2.0" in metrics
+
+
+def test_health_probes_the_model_after_a_failed_batch(fake):
+    fake.fail = 2  # the request's batch fails, then the first probe: the device is still broken
     with serve(fake) as url:
-        response = run(post_all(url, [good(1)]))[0]
-    assert response.status_code == 503 and "non-finite score" in response.json()["error"]["message"]
+        assert httpx.get(f"{url}/health").status_code == 200
+        failed = run(post_all(url, [good(1)]))[0]
+        broken = httpx.get(f"{url}/health")
+        healed = httpx.get(f"{url}/health")
+        ok = run(post_all(url, [good(2)]))[0]
+    assert failed.status_code == 503
+    assert broken.status_code == 503 and broken.json()["status"] == "unhealthy"
+    assert "out of memory" in broken.json()["error"]
+    assert healed.status_code == 200 and healed.json()["status"] == "ok" and ok.status_code == 200
+
+
+def test_a_request_whose_client_left_is_never_scored(fake):
+    import threading
+
+    fake.gate = threading.Event()  # the first batch holds the model thread, so the next request waits queued
+
+    async def go(url):
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as client:
+            first = asyncio.ensure_future(client.post("/v1/score", json=good(1)))
+            await wait_for(lambda: fake.calls)
+            abandoned = asyncio.ensure_future(client.post("/v1/score", json={"prompt": "gone", "steps": ["x"]}))
+            await wait_for(lambda: httpx.get(f"{url}/health").json()["queued_chains"] == 1)
+            abandoned.cancel()  # the client gives up: httpx closes the connection
+            await asyncio.sleep(0.3)  # the server sees the disconnect
+            fake.gate.set()
+            await first
+            later = await client.post("/v1/score", json=good(2))
+            return later, (await client.get("/metrics")).text
+
+    with serve(fake) as url:
+        later, metrics = run(go(url))
+    assert later.status_code == 200
+    assert all(prompt != "gone" for batch in fake.batches for prompt, _ in batch)
+    assert "prmkit_dropped_chains_total 1.0" in metrics
+    assert 'prmkit_errors_total{endpoint="/v1/score",kind="client_gone"} 1.0' in metrics
+
+
+def test_chains_over_the_size_limits_are_scored_as_far_as_they_go(bad_input_server_fake):
+    url, fake = bad_input_server_fake
+    many = {"prompt": "p", "steps": [f"s{i}" for i in range(12)]}  # max_steps=8
+    huge = {"prompt": "p", "completion": "ok\n\n" + "x" * 101 + "\n\nafter"}  # max_step_chars=100
+    answers = run(post_all(url, [many, huge]))
+    rewards = run(post_all(url, [{"query": ["p" + "\n\n".join(["y"] * 9)], "prompts": ["p"]}], "/get_reward"))
+    classify = run(post_all(url, [{"model": "m", "input": "p\n\nok\n\n" + "z" * 150}], "/classify"))
+    assert [a.status_code for a in answers + rewards + classify] == [200] * 4
+    first, second = answers[0].json(), answers[1].json()
+    assert first["truncated"] is True and first["step_scores"][8:] == [None] * 4
+    assert first["step_scores"][:8] == FakeScorer.expected("p", many["steps"][:8])
+    assert second["truncated"] is True and second["step_scores"] == [FakeScorer.expected("p", ["ok"])[0], None, None]
+    assert rewards[0].json()["truncated"] == [True] and rewards[0].json()["extra_logs"]["prm_truncated"] == [1.0]
+    assert rewards[0].json()["rewards"] == [min(FakeScorer.expected("p", ["y"] * 8))]
+    assert classify[0].json()["data"][0]["truncated"] is True
+    seen = [steps for batch in fake.batches for _, steps in batch]
+    assert max(map(len, seen)) <= 8 and all(len(step) <= 100 for steps in seen for step in steps)
 
 
 def test_bad_requests_in_the_same_moment_leave_good_answers_intact(fake):
@@ -179,7 +246,6 @@ def test_bad_requests_in_the_same_moment_leave_good_answers_intact(fake):
     assert sum(fake.calls) == 12  # no bad chain reached the model
 
 
-LONG = "x" * 101
 BAD_INPUTS = [
     # (path, body, status, kind, field)
     ("/v1/score", b"{not json", 400, "not_json", "body"),
@@ -190,8 +256,6 @@ BAD_INPUTS = [
     ("/v1/score", {"prompt": "p", "steps": "a"}, 422, "invalid", "steps"),
     ("/v1/score", {"prompt": "p", "steps": ["a", 2]}, 422, "invalid", "steps[1]"),
     ("/v1/score", {"prompt": "p"}, 422, "invalid", "steps"),
-    ("/v1/score", {"prompt": "p", "steps": ["a"] * 9}, 422, "too_large", "steps"),
-    ("/v1/score", {"prompt": "p", "steps": [LONG]}, 422, "too_large", "steps[0]"),
     ("/v1/score", {"prompt": "p", "candidates": ["a"] * 5}, 422, "too_large", "candidates"),
     ("/v1/score", {"prompt": "p", "candidates": []}, 422, "invalid", "candidates"),
     ("/v1/score", {"prompt": "p", "candidates": [{"x": 1}]}, 422, "invalid", "candidates[0]"),
@@ -219,10 +283,16 @@ def test_every_bad_input_is_a_4xx_naming_the_field(bad_input_server, path, body,
 
 
 @pytest.fixture(scope="module")
-def bad_input_server():
+def bad_input_server_fake():
     options = dict(max_steps=8, max_step_chars=100, max_request_chains=4, queue_limit=16, max_body_bytes=2048)
-    with LiveServer(create_app(FakeScorer(), ServeOptions(**options), token=TOKEN, model_name="fake")) as url:
-        yield url
+    fake = FakeScorer()
+    with LiveServer(create_app(fake, ServeOptions(**options), token=TOKEN, model_name="fake")) as url:
+        yield url, fake
+
+
+@pytest.fixture(scope="module")
+def bad_input_server(bad_input_server_fake):
+    return bad_input_server_fake[0]
 
 
 def test_token_is_required_everywhere_but_health(bad_input_server):

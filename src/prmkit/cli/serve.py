@@ -42,9 +42,11 @@ def register(commands) -> None:
     serve.add_argument("--max-request-chains", type=int, default=ServeOptions.max_request_chains,
                        help="candidates, queries or inputs per request (default: %(default)s)")
     serve.add_argument("--max-steps", type=int, default=ServeOptions.max_steps,
-                       help="steps per chain (default: %(default)s)")
+                       help="steps of a chain the model reads; later steps are answered unscored and the chain "
+                            "truncated, never refused (default: %(default)s)")
     serve.add_argument("--max-step-chars", type=int, default=ServeOptions.max_step_chars,
-                       help="characters per step (default: %(default)s)")
+                       help="from a step longer than this on, a chain's steps are answered unscored and the chain "
+                            "truncated (default: %(default)s)")
     serve.add_argument("--token-env", default=ServeOptions.token_env,
                        help="environment variable holding the bearer token (default: %(default)s)")
     serve.add_argument("--access-log", action="store_true", default=ServeOptions.access_log,

@@ -22,13 +22,25 @@ AGGREGATION_NAMES = tuple(AGGREGATIONS)
 
 
 def aggregate(scores: Sequence[float | None], how: str = "min") -> float | None:
-    """One number for a chain from its step scores (steps dropped by truncation are left out)."""
+    """One number for a chain from its step scores (steps dropped by truncation are left out). A NaN step score
+    makes the aggregate NaN whatever the order (Python's min and max would otherwise keep or drop it by position)."""
     if how not in AGGREGATIONS:
         raise PRMError(f"unknown aggregation {how!r}; use one of {', '.join(AGGREGATIONS)}")
     kept = [s for s in scores if s is not None]
+    if any(math.isnan(s) for s in kept):
+        return math.nan
     if how == "geometric_mean" and any(s < 0 for s in kept):
         return None  # an MSE head can go below 0, where a geometric mean has no meaning
     return AGGREGATIONS[how](kept) if kept else None
+
+
+def is_truncated(scores: Sequence[float | None]) -> bool:
+    """Whether max_length (or a size limit) cut steps of this chain: their scores are None."""
+    return any(s is None for s in scores)
+
+
+def _usable(value: float | None) -> bool:
+    return value is not None and not math.isnan(value)
 
 
 @dataclass
@@ -39,16 +51,26 @@ class RankedCandidate:
     step_scores: list[float | None]
     score: float | None  # the aggregate; None when no step was scored
     text: str | None = None  # the raw completion, when the candidate was given as one string
+    truncated: bool = False  # max_length cut steps of this chain: they were not scored
 
 
 def rank_candidates(step_scores: Sequence[Sequence[float | None]], how: str = "min", *,
-                    steps: Sequence[Sequence[str]] | None = None,
-                    texts: Sequence[str | None] | None = None) -> list[RankedCandidate]:
-    """Candidates best first by aggregate score; unscored ones last; ties keep input order."""
+                    steps: Sequence[Sequence[str]] | None = None, texts: Sequence[str | None] | None = None,
+                    truncated: str = "floor") -> list[RankedCandidate]:
+    """Candidates best first by aggregate score. The order is total and deterministic: candidates with no usable
+    score (none scored, or a NaN) come last; with truncated="floor" (the default) a chain that max_length cut ranks
+    below every chain the PRM read whole, so leaving its bad steps unread can never make it win (among cut chains
+    the aggregate of what was read decides); "kept" ranks every chain by what was read; equal scores keep input
+    order."""
+    if truncated not in TRUNCATED:
+        raise PRMError(f"truncated={truncated!r} is not known; use 'kept' or 'floor'")
     scores = [aggregate(s, how) for s in step_scores]
-    order = sorted(range(len(scores)), key=lambda i: (scores[i] is None, -(scores[i] or 0.0), i))
+    cut = [truncated == "floor" and is_truncated(s) for s in step_scores]
+    order = sorted(range(len(scores)), key=lambda i: (not _usable(scores[i]), cut[i],
+                                                      -scores[i] if _usable(scores[i]) else 0.0, i))
     return [RankedCandidate(rank=rank, index=i, steps=list(steps[i]) if steps else [],
-                            step_scores=list(step_scores[i]), score=scores[i], text=texts[i] if texts else None)
+                            step_scores=list(step_scores[i]), score=scores[i], text=texts[i] if texts else None,
+                            truncated=is_truncated(step_scores[i]))
             for rank, i in enumerate(order)]
 
 
@@ -65,4 +87,12 @@ def chain_reward(step_scores: Sequence[float | None], how: str, floor: float = F
     if truncated == "floor" and any(s is None for s in step_scores):
         return float(floor)
     value = aggregate(step_scores, how)
-    return float(floor) if value is None else float(value)
+    return float(value) if _usable(value) else float(floor)  # a NaN (a numeric failure) never earns a reward
+
+
+def log_truncated_share(log_metric, name: str, step_scores: Sequence[Sequence[float | None] | None]) -> None:
+    """Report through TRL's `log_metric` (when the trainer passed one) the share of completions the PRM could not
+    read whole, so a policy drifting into runaway lengths shows in the training logs."""
+    if callable(log_metric) and step_scores:
+        cut = sum(s is not None and is_truncated(s) for s in step_scores)
+        log_metric(f"{name}/truncated_share", cut / len(step_scores))

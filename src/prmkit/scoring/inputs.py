@@ -13,6 +13,23 @@ from prmkit.errors import PRMError
 Separator = Union[str, "re.Pattern[str]", None]
 Candidate = Union[str, Sequence[str]]
 
+MAX_STEPS = 512  # steps of one chain a reward reads; later steps count as cut, as steps past max_length do
+MAX_STEP_CHARS = 20_000  # characters of one step; from a longer step on, the chain counts as cut
+
+
+def bound_steps(steps: Sequence[str], max_steps: int = MAX_STEPS,
+                max_step_chars: int = MAX_STEP_CHARS) -> tuple[list[str], int]:
+    """The steps of a chain that a reward scores, and how many it leaves unscored: those before the first step
+    longer than `max_step_chars`, at most `max_steps` of them. A policy's runaway sample (hundreds of short steps,
+    one step of 30,000 characters) then gets a defined reward by the truncation rules at a bounded cost (what is
+    left out is never tokenized), never an error that fails the batch it came in. The same rule for the in-process
+    reward and the server, so both give one sample the same reward."""
+    keep = min(len(steps), max_steps)
+    for i, step in enumerate(steps[:keep]):
+        if len(step) > max_step_chars:
+            keep = i
+            break
+    return list(steps[:keep]), len(steps) - keep
 
 
 def split_steps(text: str, separator: Separator) -> list[str]:

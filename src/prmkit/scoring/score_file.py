@@ -2,9 +2,12 @@
 
 Two row layouts are read:
   a record     {"prompt", "completions": [step, ...], ...} (labels optional), or "completion": one raw string
-               cut at the run's separator; written back with `step_scores` and `score` (the aggregate);
+               cut at the run's separator; written back with `step_scores`, `score` (the aggregate) and
+               `truncated` (max_length cut steps: their scores are null);
   candidates   {"prompt", "candidates": [str | [step, ...], ...], ...} for best-of-N; written back with
-               `step_scores` (one list per candidate), `scores` (aggregates) and `best` (the winner's index).
+               `step_scores` (one list per candidate), `scores` (aggregates), `truncated` (one flag per candidate)
+               and `best` (the winner's index, by `rank_candidates`: a cut candidate never wins over one the PRM
+               read whole).
 Every other key of a row is kept. Rows are read and written in chunks, so a million-row file never sits in
 memory; the output is written to a temporary file and renamed at the end, so a failed run leaves no half file.
 """
@@ -12,6 +15,7 @@ memory; the output is written to a temporary file and renamed at the end, so a f
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -21,7 +25,7 @@ from typing import Iterator
 
 from prmkit.data.rows import Row, RowReader
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import aggregate, rank_candidates
+from prmkit.scoring.aggregate import aggregate, is_truncated, rank_candidates
 from prmkit.scoring.distributed import Launch, all_ranks_ok, gather_from_ranks
 from prmkit.scoring.inputs import ParsedRow, Separator, parse_row
 from prmkit.scoring.options import ScoreFileOptions
@@ -46,13 +50,15 @@ def attach_scores(row: dict, parsed: ParsedRow, scores: list[list[float | None]]
             out["steps"] = parsed.steps[0]
         out["step_scores"] = scores[0]
         out["score"] = aggregate(scores[0], how)
+        out["truncated"] = is_truncated(scores[0])
         return out
     if parsed.split_from_text:
         out["candidate_steps"] = parsed.steps
     ranked = rank_candidates(scores, how)
     out["step_scores"] = scores
     out["scores"] = [aggregate(s, how) for s in scores]
-    out["best"] = ranked[0].index if ranked[0].score is not None else None
+    out["truncated"] = [is_truncated(s) for s in scores]
+    out["best"] = ranked[0].index if ranked[0].score is not None and not math.isnan(ranked[0].score) else None
     return out
 
 

@@ -3,12 +3,16 @@
 Every request goes the same way: token check, body read up to `max_body_bytes`, parse and validate (wire.py), then
 the chains join the micro-batcher's queue and the answer is shaped from their scores. Anything refused is a JSON
 error `{"error": {"kind", "field", "message"}}` with a 4xx status (503 + Retry-After when the queue is full or a
-batch failed), never a traceback. `/health` answers 200 only while the model is loaded and requests are taken;
+batch failed), never a traceback; 4xx only for a malformed request: a chain over the size limits is scored as far
+as it goes and answered as truncated, so one runaway sample never fails an RL trainer's batch. A request whose
+client went away while it waited is dropped before it reaches the model. `/health` answers 200 only while the
+model is loaded, requests are taken and the model can score (after a failed batch it probes the model first);
 after SIGTERM it answers 503 "draining", so a load balancer stops sending work while accepted requests finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import math
@@ -30,6 +34,9 @@ from prmkit.serving.wire import Reader, WireError
 log = logging.getLogger("prmkit.serve")
 
 RETRY_AFTER_S = "1"
+CLIENT_GONE = 499  # nginx's code for a request whose client closed the connection; nobody reads this answer
+HEALTH_PROBE = ("1 + 1 = ?", ["1 + 1 = 2."])
+HEALTH_PROBE_TIMEOUT_S = 10.0
 
 
 def create_app(scorer: PRMScorer, options: ServeOptions, *, token: str | None = None,
@@ -38,7 +45,7 @@ def create_app(scorer: PRMScorer, options: ServeOptions, *, token: str | None = 
     endpoint but /health. Chains per model call = the scorer's batch_size; padded tokens per forward pass = its
     max_batch_tokens."""
     metrics = ServeMetrics()
-    batcher = MicroBatcher(_finite_scores(scorer), max_chains=scorer.batch_size,
+    batcher = MicroBatcher(_counted_scores(scorer, metrics), max_chains=scorer.batch_size,
                            max_wait_s=options.max_wait_ms / 1000, queue_limit=options.queue_limit, metrics=metrics,
                            on_failure=_free_cache(scorer))
     reader = Reader(options, scorer.metadata.separator)
@@ -59,24 +66,32 @@ def create_app(scorer: PRMScorer, options: ServeOptions, *, token: str | None = 
         try:
             check_token(request, token)
             body = wire.parse_json(await read_body(request, options.max_body_bytes))
-            response = JSONResponse(await score(body))
+            response = JSONResponse(finite_json(await unless_client_leaves(request, score(body))))
         except (WireError, Overloaded, BatchFailed, ShuttingDown) as caught:
             err = refusal(caught, batcher.queued_chains, options.queue_limit)
             kind, response = err.kind, error_response(err)
+        except ClientGone:
+            kind, response = "client_gone", Response(status_code=CLIENT_GONE)
         metrics.answered(endpoint, response.status_code, time.monotonic() - start, kind)
         return response
+
+    async def scores(chains: list[wire.Chain]) -> list[list[float | None]]:
+        """Scores of whole chains: the model reads each as far as the size limits allow; the steps past them
+        are None, as steps past max_length are."""
+        bounded, cut = reader.bound(chains)
+        return [s + [None] * n for s, n in zip(await batcher.submit(bounded), cut)]
 
     @app.post("/v1/score")
     async def v1_score(request: Request) -> Response:
         async def score(body: dict) -> dict:
             parsed = wire.read_score(body, reader)
-            return wire.score_answer(parsed, await batcher.submit(parsed.chains))
+            return wire.score_answer(parsed, await scores(parsed.chains))
         return await answer(request, "/v1/score", score)
 
     @app.post("/get_reward")
     async def get_reward(request: Request) -> Response:
         async def score(body: dict) -> dict:
-            return wire.reward_answer(await batcher.submit(wire.read_reward(body, reader, end_tokens)), options)
+            return wire.reward_answer(await scores(wire.read_reward(body, reader, end_tokens)), options)
         return await answer(request, "/get_reward", score)
 
     @app.post("/classify")
@@ -84,7 +99,7 @@ def create_app(scorer: PRMScorer, options: ServeOptions, *, token: str | None = 
         async def score(body: dict) -> dict:
             chains = wire.read_classify(body, reader)
             model = body.get("model") if isinstance(body.get("model"), str) else model_name
-            return wire.classify_answer(await batcher.submit(chains), options, model)
+            return wire.classify_answer(await scores(chains), options, model)
         return await answer(request, "/classify", score)
 
     @app.get("/health")
@@ -92,6 +107,8 @@ def create_app(scorer: PRMScorer, options: ServeOptions, *, token: str | None = 
         if not batcher.running:
             status = "draining" if batcher.closing else "starting"
             return JSONResponse({"status": status}, status_code=503)
+        if batcher.last_failure is not None and not await model_answers(batcher):
+            return JSONResponse({"status": "unhealthy", "error": batcher.last_failure}, status_code=503)
         meta = scorer.metadata
         return JSONResponse({"status": "ok", "model": model_name, "separator": meta.separator, "loss": meta.loss,
                              "max_length": meta.max_length, "aggregate": options.aggregate,
@@ -174,14 +191,64 @@ def error_response(err: WireError) -> JSONResponse:
     return JSONResponse(err.payload(), status_code=err.status, headers=headers)
 
 
-def _finite_scores(scorer: PRMScorer) -> Callable[[list[wire.Chain]], list[list[float | None]]]:
-    """score_many, failing the batch on a NaN or infinite score (fp16 overflow, say): JSON has no such number,
-    and a NaN reward would poison an RL update."""
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[dict]) -> dict:
+    """The answer of `work`, unless the client disconnects first: then `work` is cancelled, which cancels its
+    place in the queue (the batcher drops it unscored). Starlette never cancels a handler on disconnect by itself,
+    and RL workers that time out and retry would otherwise have every abandoned request scored."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise ClientGone()
+
+
+async def _disconnected(request: Request) -> None:
+    # The body is read already, so the server's next message for this request is its disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def model_answers(batcher: MicroBatcher) -> bool:
+    """Whether the model scores a small chain now (after a failed batch: a CUDA error can leave the device unusable
+    for every later call, an out-of-memory error for none)."""
+    try:
+        await asyncio.wait_for(batcher.submit([HEALTH_PROBE]), HEALTH_PROBE_TIMEOUT_S)
+    except (Overloaded, BatchFailed, ShuttingDown, asyncio.TimeoutError):
+        return False
+    return True
+
+
+def finite_json(value):
+    """The answer with every NaN or infinite number as null: JSON has no such number (the encoder would raise),
+    and the rewards in the answer already gave such a chain the floor."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite_json(item) for item in value]
+    return value
+
+
+def _counted_scores(scorer: PRMScorer, metrics: ServeMetrics) -> Callable[[list[wire.Chain]], list[list[float | None]]]:
+    """score_many, counting the chains with a NaN or infinite score (fp16 overflow, say). Such a chain gets the
+    floor as its reward and never wins a ranking; the other chains of its batch are answered as usual."""
     def score_many(chains: list[wire.Chain]) -> list[list[float | None]]:
         scores = scorer.score_many(chains)
-        if any(s is not None and not math.isfinite(s) for chain in scores for s in chain):
-            raise FloatingPointError("the model gave a non-finite score (NaN or inf); with --dtype fp16 or bf16, "
-                                     "try --dtype fp32")
+        bad = sum(any(s is not None and not math.isfinite(s) for s in chain) for chain in scores)
+        if bad:
+            metrics.nonfinite_chains.inc(bad)
+            log.warning("%d of %d chains got a non-finite score (NaN or inf) and were given the floor; with --dtype "
+                        "fp16 or bf16, try --dtype fp32", bad, len(chains))
         return scores
     return score_many
 

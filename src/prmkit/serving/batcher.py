@@ -68,6 +68,7 @@ class MicroBatcher:
         self._round: deque[list[Job]] = deque()  # the batches planned for the current round
         self.queued_chains = 0  # chains accepted and not yet handed to the model (pending + round)
         self.closing = False
+        self.last_failure: str | None = None  # the error of the last failed model call, until a call succeeds
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -161,6 +162,9 @@ class MicroBatcher:
         """The round's next batch, less requests whose client went away (they are dropped unscored)."""
         batch = self._round.popleft()
         self._queued(-sum(len(job.chains) for job in batch))
+        gone = sum(len(job.chains) for job in batch if job.future.done())
+        if gone:
+            self.metrics.dropped_chains.inc(gone)
         return [job for job in batch if not job.future.done()]
 
     async def _score(self, jobs: list[Job]) -> None:
@@ -170,11 +174,13 @@ class MicroBatcher:
             scores = await asyncio.get_running_loop().run_in_executor(self._executor, self.score_many, chains)
         except Exception as err:  # noqa: BLE001 - any failure of the model fails this batch, not the server
             log.error("a batch of %d chains failed: %s: %s", len(chains), type(err).__name__, err)
+            self.last_failure = f"{type(err).__name__}: {err}"
             self.on_failure()
             for job in jobs:
                 if not job.future.done():
                     job.future.set_exception(BatchFailed(f"{type(err).__name__}: {err}"))
             return
+        self.last_failure = None
         self.metrics.batch(len(chains), time.monotonic() - start)
         cursor = 0
         for job in jobs:

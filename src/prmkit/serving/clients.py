@@ -13,37 +13,54 @@ loop of their own, concurrently with the other reward functions.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import os
 from typing import Sequence
 
 import httpx
 
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward
+from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward, log_truncated_share
 from prmkit.scoring.inputs import Separator, completion_text, prompt_text, split_steps
 from prmkit.serving.options import ServeOptions
 
 
-class RemotePRMReward:
-    """Callable async reward: one aggregate PRM score per completion, computed by a remote `prmkit serve`.
+class RemotePRMReward(functools.partial):
+    """Async reward: one aggregate PRM score per completion, computed by a remote `prmkit serve`.
 
     `aggregate`, `floor` and `truncated` as in `PRMReward`, applied here to the step scores the server returns.
     Completions are cut into steps by the server at the run's separator, unless `separator` is given here. A 503
     (queue full, or a failed batch) is retried after the server's Retry-After, up to `retries` times; any other
     error status raises PRMError with the server's message. The bearer token is read from the environment
     variable `token_env` (the server's default name) unless given.
+
+    Why a `functools.partial`: TRL (and asyncio) decide that a reward is async with `inspect.iscoroutinefunction`,
+    which before Python 3.12 is true only for a real `async def` function (or a partial of one), never for an
+    object whose `__call__` is async; and TRL names the logged reward after the wrapped function. So the object is
+    a partial of an `async def` made for it and named after the reward, which both checks read the same way on
+    every Python prmkit supports.
     """
 
-    def __init__(self, url: str, *, aggregate: str = "min", floor: float | None = None, truncated: str = "kept",
-                 separator: Separator = None, token: str | None = None, token_env: str = ServeOptions.token_env,
-                 timeout_s: float = 600.0, max_concurrency: int = 256, retries: int = 30, name: str | None = None):
+    def __new__(cls, url: str, *, aggregate: str = "min", floor: float | None = None, truncated: str = "kept",
+                separator: Separator = None, token: str | None = None, token_env: str = ServeOptions.token_env,
+                timeout_s: float = 600.0, max_concurrency: int = 256, retries: int = 30, name: str | None = None):
         if aggregate not in AGGREGATIONS:
             raise PRMError(f"aggregate={aggregate!r} is not known; use one of {', '.join(AGGREGATIONS)}")
         if truncated not in TRUNCATED:
             raise PRMError(f"truncated={truncated!r} is not known; use 'kept' or 'floor'")
         if max_concurrency < 1:
             raise PRMError(f"max_concurrency={max_concurrency}; use a positive number of requests in flight")
+        settings = dict(url=url, aggregate=aggregate, floor=floor, truncated=truncated, separator=separator,
+                        token=token, token_env=token_env, timeout_s=timeout_s, max_concurrency=max_concurrency,
+                        retries=retries, name=name)
+
+        async def reward(prompts: Sequence, completions: Sequence, **kwargs) -> list[float]:
+            return await self.rewards(prompts, completions, **kwargs)
+
+        reward.__name__ = reward.__qualname__ = name or f"prm_{aggregate}"  # TRL's name for the logged reward
+        self = super().__new__(cls, reward)
+        self.settings = settings
+        self.__name__ = reward.__name__
         self.url = url.rstrip("/")
         self.aggregate = aggregate
         self.floor = FLOOR if floor is None else float(floor)
@@ -53,15 +70,22 @@ class RemotePRMReward:
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
         self.retries = retries
-        self.__name__ = name or f"prm_{aggregate}"  # TRL names the logged reward column after this
-        _mark_coroutine_function(self)
+        return self
 
-    async def __call__(self, prompts: Sequence, completions: Sequence, **kwargs) -> list[float]:
-        """One reward per completion; extra keyword arguments (dataset columns, trainer state) are ignored."""
+    def __reduce__(self):
+        return _rebuild, (self.settings,)  # a partial pickles its function, which here is a closure
+
+    def __repr__(self) -> str:
+        return f"RemotePRMReward({self.url!r}, aggregate={self.aggregate!r}, name={self.__name__!r})"
+
+    async def rewards(self, prompts: Sequence, completions: Sequence, **kwargs) -> list[float]:
+        """One reward per completion; extra keyword arguments (dataset columns, trainer state) are ignored. TRL's
+        `log_metric`, when passed, receives the share of completions the PRM could not read whole."""
         if len(prompts) != len(completions):
             raise PRMError(f"{len(prompts)} prompts for {len(completions)} completions; give one prompt per "
                            "completion (TRL repeats each prompt for its generations)")
         scores = await self.step_scores_many(prompts, completions)
+        log_truncated_share(kwargs.get("log_metric"), self.__name__, scores)
         return [self.floor if s is None else chain_reward(s, self.aggregate, self.floor, self.truncated)
                 for s in scores]
 
@@ -109,6 +133,10 @@ class RemotePRMReward:
         return response.json()
 
 
+def _rebuild(settings: dict) -> RemotePRMReward:
+    return RemotePRMReward(**settings)
+
+
 def _retry_after(response: httpx.Response) -> float:
     try:
         return max(0.0, float(response.headers.get("retry-after", "1")))
@@ -121,13 +149,3 @@ def _message(response: httpx.Response) -> str:
         return response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         return response.text[:200]
-
-
-def _mark_coroutine_function(reward: RemotePRMReward) -> None:
-    """TRL runs a reward function on its async loop when `asyncio.iscoroutinefunction(func)` says so, which is
-    false for an instance with an async __call__ unless the instance is marked: `inspect.markcoroutinefunction`
-    where Python has it (3.12+), the attribute asyncio itself reads before that."""
-    if hasattr(inspect, "markcoroutinefunction"):
-        inspect.markcoroutinefunction(reward)
-    else:
-        reward._is_coroutine = asyncio.coroutines._is_coroutine

@@ -9,6 +9,8 @@ count separately. Names:
     prmkit_batch_seconds                          seconds per model call (histogram)
     prmkit_request_seconds{endpoint}              request latency, arrival to answer (histogram)
     prmkit_chains_total                           chains scored
+    prmkit_dropped_chains_total                   chains dropped unscored: their client left while they waited
+    prmkit_nonfinite_chains_total                 chains with a NaN or infinite score (given the floor)
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class ServeMetrics:
         self.latency = Histogram("prmkit_request_seconds", "Request latency, arrival to answer", ["endpoint"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.chains = Counter("prmkit_chains", "Chains scored", registry=self.registry)
+        self.dropped_chains = Counter("prmkit_dropped_chains", "Chains dropped unscored: their client left while "
+                                      "they waited", registry=self.registry)
+        self.nonfinite_chains = Counter("prmkit_nonfinite_chains", "Chains with a NaN or infinite score, given the "
+                                        "floor", registry=self.registry)
 
     def answered(self, endpoint: str, status: int, seconds: float, kind: str | None = None) -> None:
         self.requests.labels(endpoint, str(status)).inc()

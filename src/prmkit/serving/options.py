@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from prmkit.errors import PRMError
 from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED
+from prmkit.scoring.inputs import MAX_STEP_CHARS, MAX_STEPS
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -28,8 +29,8 @@ class ServeOptions:
     queue_limit: int = 4096  # chains accepted but not yet scored; past it requests get 503 + Retry-After
     max_body_bytes: int = 16 * 1024 * 1024  # one request's JSON body
     max_request_chains: int = 1024  # chains in one request: candidates, /get_reward queries or /classify inputs
-    max_steps: int = 512  # steps in one chain
-    max_step_chars: int = 20_000  # characters in one step (an unsplit completion is one step)
+    max_steps: int = MAX_STEPS  # steps of one chain the model reads; later ones are answered unscored (truncated)
+    max_step_chars: int = MAX_STEP_CHARS  # from a longer step on, a chain's steps are answered unscored (truncated)
     token_env: str = "PRMKIT_SERVE_TOKEN"  # environment variable holding the bearer token; unset: no token
     access_log: bool = False  # one log line per request (off: at thousands of requests a second it costs CPU)
 

@@ -18,8 +18,8 @@ import uuid
 from dataclasses import dataclass
 
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, chain_reward
-from prmkit.scoring.inputs import ParsedRow, completion_text, prompt_text, split_steps
+from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, chain_reward, is_truncated
+from prmkit.scoring.inputs import ParsedRow, bound_steps, completion_text, prompt_text, split_steps
 from prmkit.scoring.score_file import attach_scores
 from prmkit.serving.batcher import Chain
 from prmkit.serving.options import ServeOptions
@@ -78,25 +78,23 @@ class Reader:
         return self.text(value, field)
 
     def steps(self, value, field: str) -> list[str]:
+        """A list of step strings. How many steps and how long each may be is not refused here: a chain over the
+        size limits is scored as far as it goes and answered as truncated (see `bound`)."""
         if not isinstance(value, list):
             raise invalid(field, f"expected a list of step strings, got {_kind(value)}")
-        self.count(len(value), field, "steps", self.options.max_steps, "--max-steps")
         for i, step in enumerate(value):
-            self.step(self.text(step, f"{field}[{i}]", allow_empty=True), f"{field}[{i}]")
+            self.text(step, f"{field}[{i}]", allow_empty=True)
         return value
 
     def cut(self, text: str, field: str) -> list[str]:
         """A raw completion cut at the run's separator (empty pieces dropped, as training wrote steps)."""
-        steps = split_steps(text, self.separator)
-        self.count(len(steps), field, "steps", self.options.max_steps, "--max-steps")
-        for step in steps:
-            self.step(step, field)
-        return steps
+        return split_steps(text, self.separator)
 
-    def step(self, step: str, field: str) -> None:
-        if len(step) > self.options.max_step_chars:
-            raise WireError(422, "too_large", field, f"{field}: a step of {len(step)} characters; the limit is "
-                            f"{self.options.max_step_chars} (--max-step-chars); split it or raise the limit")
+    def bound(self, chains: list[Chain]) -> tuple[list[Chain], list[int]]:
+        """The chains as the model reads them under --max-steps and --max-step-chars, and how many steps each
+        leaves unscored (`bound_steps`, the rule the in-process PRMReward follows)."""
+        bounded = [bound_steps(steps, self.options.max_steps, self.options.max_step_chars) for _, steps in chains]
+        return [(prompt, kept) for (prompt, _), (kept, _) in zip(chains, bounded)], [cut for _, cut in bounded]
 
     def chains(self, value, field: str) -> list:
         if not isinstance(value, list) or not value:
@@ -204,8 +202,9 @@ def reward_answer(scores: list[list[float | None]], options: ServeOptions) -> di
     def per_chain(how: str) -> list[float]:
         return [options.floor if (v := aggregate(s, how)) is None else float(v) for s in scores]
 
-    return {"rewards": rewards, "scores": rewards, "step_scores": scores,
-            "extra_logs": {"prm_steps": [len(s) for s in scores],
+    truncated = [is_truncated(s) for s in scores]
+    return {"rewards": rewards, "scores": rewards, "step_scores": scores, "truncated": truncated,
+            "extra_logs": {"prm_steps": [len(s) for s in scores], "prm_truncated": [float(t) for t in truncated],
                            "prm_unscored_steps": [sum(v is None for v in s) for s in scores],
                            "prm_min_step": per_chain("min"), "prm_mean_step": per_chain("mean"),
                            "prm_last_step": per_chain("last")}}
@@ -243,7 +242,7 @@ def classify_answer(scores: list[list[float | None]], options: ServeOptions, mod
     what verl reads (data[-1].probs[-1]); the per-step scores ride along in `step_scores`."""
     data = [{"index": i, "label": f"prm_{options.aggregate}",
              "probs": [chain_reward(s, options.aggregate, options.floor, options.truncated)], "num_classes": 1,
-             "step_scores": s} for i, s in enumerate(scores)]
+             "step_scores": s, "truncated": is_truncated(s)} for i, s in enumerate(scores)]
     return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": model,
             "data": data}
 
