@@ -68,6 +68,9 @@ def test_a_box_wins_over_a_later_phrase_and_number():
     ("\\sqrt2", "\\sqrt{2}"), ("3/4", "\\frac{3}{4}"), ("\\left( 1, 2 \\right]", "(1,2]"),
     ("5\\text{ cm}^2", "5"), ("864 \\mbox{ inches}^2", "864"), ("\\text{(C)}", "(C)"), ("x = 5", "5"),
     ("\\boxed{4}", "4"), ("\\frac{a}{b} \\rightarrow 0", "\\frac{a}{b}\\rightarrow0"),
+    # text between two numbers joins them, it is no unit: never "23"
+    ("2\\text{ and }3", "2and3"), ("1 \\mbox{ or } 2", "1or2"), ("(3\\text{ cm}, 4\\text{ cm})", "(3,4)"),
+    ("4\\text{ cm} \\times 5\\text{ cm}", "4\\times5"), ("10\\text{ m/s}.", "10"),
 ])
 def test_canonical_answer(text, expected):
     assert canonical_answer(text) == expected

@@ -27,6 +27,9 @@ _ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*:?\s*(.+)", re.IGNORECASE)
 _HASHES = re.compile(r"####\s*(.+)")
 _NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
 _BASED = re.compile(r"(\d[0-9A-Fa-f]*)_\{?(\d+)\}?")  # a numeral in a stated base: 2516_8, 4210_{5}
+# A `\text{}` after a number is a unit only where the answer, or one of its parts, ends there: before the end, a
+# separator or a product. Before anything else (`2\text{ and }3`) it joins two parts and keeps its words.
+_UNIT_ENDS = r"(?=\s*(?:\.?\s*$|[,;)\]]|\\[}\]]|\\times(?![a-zA-Z])|\\cdot(?![a-zA-Z])))"
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|[+-]?\.\d+")
 
 
@@ -63,8 +66,10 @@ def canonical_answer(text: str | None) -> str | None:
     - a whole-answer `\\boxed{X}` / `\\fbox{X}` becomes X; `$` signs (math mode or dollars) are dropped;
     - `\\left` / `\\right`, LaTeX spacing (`\\,` `\\;` `\\:` `\\!` `\\quad` `~`) and all whitespace are dropped;
     - `\\dfrac` / `\\tfrac` become `\\frac`; `\\frac12` becomes `\\frac{1}{2}`, `\\sqrt2` becomes `\\sqrt{2}`;
-    - `\\text{...}` (also `\\mbox`, `\\mathrm`) right after a number is a unit and is dropped (`5\\text{ cm}^2`
-      -> `5`); elsewhere it is replaced by its content (`\\text{(C)}` -> `(C)`);
+    - `\\text{...}` (also `\\mbox`, `\\mathrm`) right after a number and before the end of the answer, a
+      separator (`,` `;` `)` `]`) or a product (`\\times`, `\\cdot`) is a unit and is dropped (`5\\text{ cm}^2` ->
+      `5`); elsewhere it is replaced by its content (`\\text{(C)}` -> `(C)`, `2\\text{ and }3` -> `2and3`, never
+      `23`);
     - degrees (`^\\circ`) and a trailing percent sign are dropped (`50\\%` -> `50`), as MATH's own normaliser
       does; `x = 5` (one letter on the left) becomes `5`;
     - an integer fraction `a/b` becomes `\\frac{a}{b}`;
@@ -83,7 +88,7 @@ def canonical_answer(text: str | None) -> str | None:
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
     s = re.sub(r"\\(?:[,;:! ]|qquad|quad)", "", s).replace("~", "")
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
-    s = re.sub(r"(\d)\s*\\(?:text|mbox|mathrm)\{[^{}]*\}(?:\^\{?\d\}?)?", r"\1", s)
+    s = re.sub(r"(\d)\s*\\(?:text|mbox|mathrm)\{[^{}]*\}(?:\^\{?\d\}?)?" + _UNIT_ENDS, r"\1", s)
     s = re.sub(r"\\(?:text|mbox|mathrm)\{([^{}]*)\}", r"\1", s)
     s = re.sub(r"\^\{?\\circ\}?", "", s)
     s = re.sub(r"\s+", "", s).rstrip(".")
