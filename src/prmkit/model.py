@@ -168,6 +168,26 @@ def load_token_classifier(path: str, *, trust_remote_code: bool = False, attn_im
         raise PRMError(f"cannot load model {path}: {err}{hint}") from None
 
 
+# Where a config says how many positions the backbone has (GPT-2's n_positions; most others' max_position_embeddings).
+CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions")
+
+
+def context_length(config) -> int | None:
+    """The most tokens the backbone reads as one sequence, from its config; None when the config does not say.
+    Past it a learned position table has no entry and rotary positions were never trained on."""
+    return next((value for key in CONTEXT_LENGTH_KEYS
+                 if isinstance(value := getattr(config, key, None), int) and value > 0), None)
+
+
+def base_context_length(path: str, trust_remote_code: bool = False) -> int | None:
+    """`context_length` of a backbone, read from its config alone, before any weights are loaded."""
+    warn_remote_code(path, trust_remote_code)
+    try:
+        return context_length(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
+    except (OSError, ValueError):
+        return None  # load_token_classifier reports a model it cannot read, with the fix
+
+
 LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 
 

@@ -16,7 +16,7 @@ import torch
 from prmkit.device import resolve_device, resolve_dtype
 from prmkit.errors import PRMError
 from prmkit.loss import scores_from_head
-from prmkit.model import PRMMetadata, load_prm
+from prmkit.model import METADATA_FILE, PRMMetadata, context_length, load_prm
 from prmkit.model import merge_adapter as merge_lora_adapter
 from prmkit.scoring.aggregate import RankedCandidate, rank_candidates
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
@@ -50,15 +50,24 @@ class PRMScorer:
                         max_length: int | None = DEFAULTS.max_length) -> "PRMScorer":
         """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
         the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
-        longer chains than the PRM was trained on (the backbone's own context is the hard limit). `batch_size`
-        caps the chains per forward pass and `max_batch_tokens` the padded tokens (chains x longest chain), so a
-        batch of long chains stays within device memory. `allow_pickle` as in the training config."""
+        longer chains than the PRM was trained on, up to the backbone's context (beyond it is refused, as is a run
+        whose training max_length exceeds it). `batch_size` caps the chains per forward pass and `max_batch_tokens`
+        the padded tokens (chains x longest chain), so a batch of long chains stays within device memory.
+        `allow_pickle` as in the training config."""
         model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+        limit = context_length(model.config)
         if max_length is not None:
             if max_length < 8:
                 raise PRMError(f"max_length={max_length}; use at least 8 tokens (training used "
                                f"{metadata.max_length})")
+            if limit is not None and max_length > limit:
+                raise PRMError(f"max_length={max_length} is beyond the context of the model in {folder}: it reads at "
+                               f"most {limit} tokens; use max_length={limit} or less")
             metadata = replace(metadata, max_length=max_length)
+        elif limit is not None and metadata.max_length > limit:
+            raise PRMError(f"{folder}: its {METADATA_FILE} says max_length={metadata.max_length}, beyond the model's "
+                           f"context of {limit} tokens; pass max_length={limit} or less (--max-length {limit} on the "
+                           "command line)")
         if merge_adapter:
             model = merge_lora_adapter(model)
         return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size,

@@ -27,6 +27,7 @@ from prmkit.model import (
     PRMMetadata,
     add_separator_token,
     apply_lora,
+    base_context_length,
     head_name,
     load_token_classifier,
     load_tokenizer,
@@ -191,19 +192,29 @@ def load_splits(config: Config):
     return train_records, val_records, reports
 
 
+def check_context_length(config: Config, base_path: str) -> None:
+    """Refuse a data.max_length the backbone cannot read: past its context a learned position table has no entry
+    (an index error mid-run) and rotary positions were never trained on."""
+    limit = base_context_length(base_path, config.model.trust_remote_code)
+    if limit is not None and config.data.max_length > limit:
+        raise PRMError(f"data.max_length={config.data.max_length} but the backbone {config.model.base} reads at most "
+                       f"{limit} tokens (its context); set data.max_length={limit} or less")
+
+
 def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None = None) -> RunSummary:
     """Train a PRM as `config` says; returns the run summary (also in RUN/summary.json). `fitted_head`, the result
     of `init_head_from_probe` on the same backbone and chains, saves fitting the probe again (the demo fits it
     first to show where training starts)."""
     set_seed(config.training.seed)
-    # Data problems are found before the run folder is touched, so a failed start leaves nothing behind.
+    # Data and backbone problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
+    base_path = resolve_base(config.model.base, config.model.gguf_file)
+    check_context_length(config, base_path)
     run_dir = prepare_run_dir(config, overwrite=overwrite)
     resume_from = checkpoint_to_resume(config.training.resume, run_dir)
     if resume_from:
         refuse_pickle_weights(resume_from, config.model.allow_pickle)
 
-    base_path = resolve_base(config.model.base, config.model.gguf_file)
     tokenizer = load_tokenizer(base_path, config.model.trust_remote_code)
     model = load_token_classifier(base_path, trust_remote_code=config.model.trust_remote_code,
                                   attn_implementation=config.model.attn_implementation,
