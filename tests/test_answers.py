@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 import prmkit.answers as answers
-from prmkit.answers import AnswerChecker, canonical_answer, extract_answer, fast_check, gold_answer, vote
+from prmkit.answers import (
+    AnswerChecker,
+    canonical_answer,
+    extract_answer,
+    fast_check,
+    gold_answer,
+    sample_answer,
+    vote,
+)
 from prmkit.errors import PRMError
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -211,3 +219,11 @@ def test_vote_groups_canonical_answers_and_weighs():
     assert vote(["5", "6", "6"], weights=[0.9, 0.3, 0.4]) == [[0]]  # the weights decide, not the count
     with pytest.raises(ValueError, match="2 weights for 3 answers"):
         vote(["5", "6", "6"], weights=[0.9, 0.3])
+
+
+def test_a_sample_cut_at_max_new_tokens_has_only_an_answer_it_stated():
+    cut = "Each box holds 7, and there are 2 boxes, so 7 * 2 = 14 and then we add"
+    assert sample_answer(cut, "length") is None  # 14 is unfinished working, not an answer
+    assert sample_answer(cut, "eos") == sample_answer(cut, None) == "14"
+    assert sample_answer("So the answer is 14. Now let us check: 7 + 7 =", "length") == "14"
+    assert sample_answer("Thus \\boxed{14}. Checking, 2 * 7", "length") == "14"

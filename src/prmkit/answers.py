@@ -53,6 +53,14 @@ def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
     return None
 
 
+def sample_answer(text: str | None, finish_reason: str | None) -> str | None:
+    """The final answer of a generated sample: `extract_answer`'s, except that a sample that ran out of tokens
+    (`finish_reason` "length") has only an answer it states (a box, "the answer is", "####"). Its last number
+    belongs to working it never finished ("7 * 2 = 14 and then we add"), and grading it would credit
+    intermediate results as answers."""
+    return extract_answer(text, last_number=finish_reason != "length")
+
+
 def gold_answer(text: str) -> str:
     """A gold answer field as an answer: GSM8K's `answer` holds the worked solution ending "#### N" (-> "N");
     any other text is the answer itself."""

@@ -7,12 +7,13 @@ import json
 import math
 
 import pytest
-from fake_policy import FakePolicy
+from fake_policy import MARK, FakePolicy
 
 from prmkit.data.records import validate_records
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
+from prmkit.generation.base import Sample
 from prmkit.generation.options import GenerationOptions
 from prmkit.labeling import LabelOptions, label_file
 from prmkit.labeling.options import derive_seed
@@ -230,6 +231,45 @@ def test_option_errors():
         LabelOptions(k=0)
 
 
+class CutPolicy(FakePolicy):
+    """Every rollout reaches the gold answer only as an intermediate number, then runs out of tokens."""
+
+    def _sample(self, prompt, j):
+        problem, prefix = prompt.split(MARK)
+        if not prefix:
+            return super()._sample(prompt, j)
+        text = f"Going on, {self.truth[problem]['gold_answer']} and then we add"
+        return Sample(text=text, tokens=32, finish_reason="length")
+
+
+def test_rollouts_cut_at_max_new_tokens_are_not_graded_by_their_last_number(data, records, tmp_path):
+    result = label_file(CutPolicy(records), data, tmp_path / "out.jsonl", LabelOptions(k=K, limit=4))
+    out = read(tmp_path / "out.jsonl")
+    for record, truth in zip(out, records):
+        steps = len(truth["completions"])
+        assert record["values"][:-1] == [0.0] * (steps - 1)  # the gold number in unfinished working is no hit
+        assert record["label"]["finish_reasons"] == ({"length": (steps - 1) * K} if steps > 1 else {})
+    assert result.finish_reasons == {"length": result.rollouts}
+
+
+def test_the_command_says_how_many_rollouts_ran_out_of_tokens(data, records, tmp_path, monkeypatch, capsys):
+    import prmkit.generation
+    from prmkit.cli import main
+
+    monkeypatch.setattr(prmkit.generation, "load_generator", lambda policy, options: CutPolicy(records))
+    assert main(["label", str(data), str(tmp_path / "out.jsonl"), "--policy", "fake", "--k", "2", "--limit", "2",
+                 "--max-new-tokens", "32"]) == 0
+    steps = sum(len(r["completions"]) - 1 for r in records[:2])
+    assert f"{steps * 2} of {steps * 2} rollouts ran out of tokens (--max-new-tokens 32)" in capsys.readouterr().out
+
+
+def test_sampled_solutions_record_their_finish_reason(data, records, tmp_path):
+    label_file(FakePolicy(records), data, tmp_path / "out.jsonl", LabelOptions(k=K, solutions=1, limit=2))
+    out = read(tmp_path / "out.jsonl")
+    assert [r["label"]["solution_finish_reason"] for r in out] == ["eos", "eos"]
+    assert all(r["label"]["finish_reasons"] == {"eos": r["label"]["rollouts"]} for r in out if r["label"]["rollouts"])
+
+
 def test_a_rollout_without_an_answer_is_not_credited_with_a_number_of_its_prefix():
     from prmkit.labeling.runner import rollout_answer
 
@@ -238,3 +278,5 @@ def test_a_rollout_without_an_answer_is_not_credited_with_a_number_of_its_prefix
     assert rollout_answer(prefix, "6 more make 66. The answer is \\boxed{66}.") == "66"
     assert rollout_answer(prefix, "so the profit is 58 dollars") == "58"
     assert rollout_answer("So the answer is \\boxed{60}.\n\n", "") == "60"  # the prefix had already answered
+    assert rollout_answer(prefix, "so the profit is 58 dollars", "length") is None  # cut off mid-working
+    assert rollout_answer("So the answer is \\boxed{60}.\n\n", "and 60 + 2 = 62", "length") == "60"

@@ -74,3 +74,14 @@ def test_steps_are_cut_at_the_delimiter_and_empty_pieces_dropped():
     assert cut.steps == ["a = 1.", "b = 2."] and cut.tokens == 7
     assert from_text("no delimiter at all", "\n\n").steps == ["no delimiter at all"]
     assert from_text("", "\n\n").steps == []
+
+
+def test_a_sample_cut_at_max_new_tokens_votes_only_with_a_stated_answer():
+    """A sample stopped by max_new_tokens mid-working has no answer, so its last number cannot win a vote."""
+    cut = [Solution(text=f"7 * 2 = 14 and then we add {i}", steps=["s"], score=0.9, finish_reason="length")
+           for i in (3, 3)]
+    pool = [*cut, solution("17", 0.2)]
+    assert [s.answer for s in pool] == [None, None, "17"]
+    assert majority_vote(pool) == 2 and weighted_vote(pool) == 2
+    stated = Solution(text="The answer is 17. Check: 3 +", steps=["s"], finish_reason="length")
+    assert stated.answer == "17" and stated.row()["answer"] == "17"

@@ -91,6 +91,11 @@ def cmd_label(args) -> int:
     console.print(f"labelled {result.solutions} solutions ({result.steps} steps) of {result.problems} problems in "
                   f"{result.seconds:.1f} s: {result.rollouts:,} rollouts, {result.tokens:,} tokens generated"
                   f"{per_step}{skipped}", highlight=False)
+    cut = result.finish_reasons.get("length", 0)
+    if cut:
+        console.print(f"{cut:,} of {result.rollouts:,} rollouts ran out of tokens (--max-new-tokens "
+                      f"{generation.max_new_tokens}): each counts only an answer it stated, never its last number; "
+                      "raise --max-new-tokens if many are cut", highlight=False)
     checks = result.checks
     if checks.timeouts or checks.crashes:
         console.print(f"answer checks: {checks.timeouts} timed out and {checks.crashes} failed (counted wrong) of "

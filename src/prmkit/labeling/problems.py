@@ -78,7 +78,8 @@ def _steps(value: dict, delimiter: str) -> tuple[str, ...]:
     return tuple(steps)
 
 
-VOLATILE = ("rollouts", "tokens", "solution_tokens")  # provenance that measures a record instead of deciding it
+# provenance that measures a record instead of deciding it
+VOLATILE = ("rollouts", "tokens", "finish_reasons", "solution_tokens", "solution_finish_reason")
 
 
 class Output(AppendedJsonl):

@@ -12,11 +12,12 @@ unbroken one would have.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from prmkit.answers import AnswerChecker, CheckCounts, extract_answer
+from prmkit.answers import AnswerChecker, CheckCounts, extract_answer, sample_answer
 from prmkit.generation.base import Generator
 from prmkit.labeling.methods import StepLabels, max_rollouts, plan
 from prmkit.labeling.options import LabelOptions, derive_seed
@@ -73,6 +74,7 @@ class LabelResult:
     seconds: float
     output: str
     checks: CheckCounts = field(default_factory=CheckCounts)
+    finish_reasons: Counter = field(default_factory=Counter)  # of this run's rollouts: eos, length, stop
 
 
 def budget(problems: list[Problem], options: LabelOptions, max_new_tokens: int, done: int = 0) -> Budget:
@@ -129,8 +131,10 @@ class _Unit:
     index: int  # the solution's index among the problem's solutions
     steps: list[str]
     solution_tokens: int | None  # tokens spent sampling it; None for a given solution
+    finish_reason: str | None = None  # why its sampling ended; None for a given solution
     rollouts: int = 0
     tokens: int = 0
+    finish_reasons: Counter = field(default_factory=Counter)  # of its rollouts
 
 
 def _complete(batch: list[Problem], output: Output, options: LabelOptions) -> bool:
@@ -152,7 +156,7 @@ def _solutions(generator: Generator, batch: list[Problem], options: LabelOptions
             result.tokens += sample.tokens
             steps = split_steps(sample.text, options.delimiter)
             if steps:
-                units.append(_Unit(problem, index, steps, sample.tokens))
+                units.append(_Unit(problem, index, steps, sample.tokens, sample.finish_reason))
             else:
                 result.skipped += 1
     return units
@@ -161,7 +165,7 @@ def _solutions(generator: Generator, batch: list[Problem], options: LabelOptions
 def _label_batch(generator: Generator, checker: AnswerChecker, units: list[_Unit], options: LabelOptions,
                  number: int, provenance: dict, result: LabelResult) -> list[dict]:
     gen, k, delimiter = generator.options, options.k, options.delimiter
-    answers = [extract_answer(delimiter.join(u.steps)) for u in units]
+    answers = [sample_answer(delimiter.join(u.steps), u.finish_reason) for u in units]
     correct = checker.check_many(answers, [u.problem.gold for u in units])
     plans = [plan(options.method, len(u.steps), ok, k, options.label_kind, options.after_error_kind)
              for u, ok in zip(units, correct)]
@@ -176,7 +180,8 @@ def _label_batch(generator: Generator, checker: AnswerChecker, units: list[_Unit
         prompts = [generator.prompt(units[i].problem.text, prefix) for (i, _), prefix in zip(requests, prefixes)]
         samples = generator.generate(prompts, n=k, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
                                      seed=derive_seed(gen.seed, "rollouts", number, round_))
-        rollout_answers = [rollout_answer(prefix, s.text) for prefix, group in zip(prefixes, samples) for s in group]
+        rollout_answers = [rollout_answer(prefix, s.text, s.finish_reason)
+                           for prefix, group in zip(prefixes, samples) for s in group]
         golds = [units[i].problem.gold for i, _ in requests for _ in range(k)]
         verdicts = checker.check_many(rollout_answers, golds)
         hits: dict[int, list[int]] = {i: [] for i in asks}
@@ -184,8 +189,10 @@ def _label_batch(generator: Generator, checker: AnswerChecker, units: list[_Unit
             hits[i].append(sum(verdicts[position * k:(position + 1) * k]))
             units[i].rollouts += k
             units[i].tokens += sum(s.tokens for s in group)
+            units[i].finish_reasons.update(s.finish_reason for s in group)
         result.rollouts += k * len(requests)
         result.tokens += sum(s.tokens for group in samples for s in group)
+        result.finish_reasons.update(s.finish_reason for group in samples for s in group)
         pending, asks = asks, {}
         for i in pending:
             _advance(i, plans[i], hits[i], asks, labels)
@@ -193,11 +200,12 @@ def _label_batch(generator: Generator, checker: AnswerChecker, units: list[_Unit
     return [_record(u, answers[i], correct[i], labels[i], provenance) for i, u in enumerate(units)]
 
 
-def rollout_answer(prefix: str, continuation: str) -> str | None:
-    """The answer a rollout reaches: the one its continuation gives; when it gives none, an answer the prefix
-    already states (a box, "the answer is"). Never a mere number of the prefix: its intermediate results would
-    count as the rollout's answer whenever one equals the gold answer."""
-    found = extract_answer(continuation)
+def rollout_answer(prefix: str, continuation: str, finish_reason: str | None = None) -> str | None:
+    """The answer a rollout reaches: the one its continuation gives (only a stated one when it ran out of
+    tokens, see `sample_answer`); when it gives none, an answer the prefix already states (a box, "the answer
+    is"). Never a mere number of the prefix: its intermediate results would count as the rollout's answer
+    whenever one equals the gold answer."""
+    found = sample_answer(continuation, finish_reason)
     return found if found is not None else extract_answer(prefix, last_number=False)
 
 
@@ -217,9 +225,11 @@ def _record(unit: _Unit, answer: str | None, correct: bool, labels: StepLabels, 
         record["first_error"] = labels.first_error
     if problem.id is not None:
         record["id"] = problem.id
-    record["label"] = {**provenance, "rollouts": unit.rollouts, "tokens": unit.tokens}
+    record["label"] = {**provenance, "rollouts": unit.rollouts, "tokens": unit.tokens,
+                       "finish_reasons": dict(sorted(unit.finish_reasons.items()))}
     if unit.solution_tokens is not None:
         record["label"]["solution_tokens"] = unit.solution_tokens
+        record["label"]["solution_finish_reason"] = unit.finish_reason
     return record
 
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from prmkit.answers import extract_answer, vote
+from prmkit.answers import extract_answer, sample_answer, vote
 from prmkit.scoring.aggregate import aggregate
 from prmkit.scoring.inputs import split_steps
 
@@ -31,7 +31,7 @@ class Solution:
 
     @property
     def answer(self) -> str | None:
-        return extract_answer(self.text)
+        return sample_answer(self.text, self.finish_reason)
 
     def scored(self, step_scores: Sequence[float | None], how: str) -> "Solution":
         self.step_scores = list(step_scores)
