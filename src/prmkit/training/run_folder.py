@@ -8,16 +8,42 @@ import shutil
 import sys
 from pathlib import Path
 
+import torch.distributed as dist
+
 from prmkit.config import Config
 from prmkit.errors import PRMError
 from prmkit.training.checkpoints import remove_stale_staging
 
 
 def is_main_process() -> bool:
+    """The process that prepares and writes the run folder: global rank 0 as torchrun, `accelerate launch` and
+    DeepSpeed's launcher set RANK (the same process the Trainer calls world process zero); a lone process is it."""
     return os.environ.get("RANK", "0") == "0"
 
 
 def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
+    """The run folder, ready for training: refused if it would clobber an earlier run, replaced under `overwrite`,
+    checked to be writable, cleared of a killed run's unfinished saves.
+
+    Under a launcher the main process does this alone while the others wait for its outcome: a rank that looked for
+    itself could find the main process's write probe and refuse the folder as taken, or write into it while
+    `--overwrite` deletes it. The others raise the main process's error, so every rank stops with the same message.
+    The process group must be joined first (the Trainer's arguments join it when asked for their device)."""
+    error = None
+    if is_main_process():
+        try:
+            _prepare(config, overwrite)
+        except Exception as err:  # any failure must reach the waiting ranks, or they would wait forever
+            error = err
+    problem = _from_main_process(None if error is None else str(error))
+    if error is not None:
+        raise error
+    if problem is not None:
+        raise PRMError(problem)
+    return config.run_dir
+
+
+def _prepare(config: Config, overwrite: bool) -> None:
     run_dir = config.run_dir
     if run_dir.exists() and not run_dir.is_dir():
         raise PRMError(f"run folder {run_dir} is a file; choose another output_dir or run_name")
@@ -25,8 +51,7 @@ def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
         if not overwrite:
             raise PRMError(f"run folder {run_dir} already holds files; continue that run with training.resume=latest, "
                            "choose another run_name, or pass --overwrite to replace it")
-        if is_main_process():
-            shutil.rmtree(run_dir)
+        shutil.rmtree(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"
@@ -35,9 +60,17 @@ def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
     except OSError as err:
         raise PRMError(f"cannot write to the run folder {run_dir} ({err.strerror}); "
                        "choose another output_dir") from None
-    if is_main_process():
-        remove_stale_staging(run_dir)
-    return run_dir
+    remove_stale_staging(run_dir)
+
+
+def _from_main_process(message: str | None) -> str | None:
+    """The main process's `message`, on every rank; a barrier besides (the others block until it is sent)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        assert os.environ.get("WORLD_SIZE", "1") == "1", "join the process group before preparing the run folder"
+        return message
+    box = [message]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def check_free_space(run_dir: Path, *, saved_params: int, trainable_params: int, checkpoints_kept: int | None) -> None:

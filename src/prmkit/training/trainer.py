@@ -39,7 +39,7 @@ from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, token
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
 from prmkit.training.head_init import init_head_from_probe, set_head
 from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
-from prmkit.training.run_folder import check_free_space, prepare_run_dir
+from prmkit.training.run_folder import check_free_space, is_main_process, prepare_run_dir
 from prmkit.training.summary import RunSummary
 
 
@@ -210,6 +210,10 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     train_records, val_records, reports = load_splits(config)
     base_path = resolve_base(config.model.base, config.model.gguf_file)
     check_context_length(config, base_path)
+    args = training_arguments(config, config.run_dir, has_eval=bool(val_records))
+    # Asking the engine's arguments for their device joins the process group under a launcher; the run folder is
+    # then prepared by the main process while the others wait.
+    device = args.device
     run_dir = prepare_run_dir(config, overwrite=overwrite)
     resume_from = checkpoint_to_resume(config.training.resume, run_dir)
     if resume_from:
@@ -229,16 +233,18 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     if not train_chains:
         raise PRMError(f"no training row has a labelled step within data.max_length={config.data.max_length} "
                        f"({train_stats.drop_reasons}); raise data.max_length or check the labels")
+    if val_records and not val_chains:  # the engine was told to evaluate, on validation rows none of which fits
+        raise PRMError(f"no validation row has a labelled step within data.max_length={config.data.max_length} "
+                       f"({val_stats.drop_reasons}); raise data.max_length or check the validation data")
 
-    args = training_arguments(config, run_dir, bool(val_chains))
     if config.training.head_init == "probe" and not resume_from:  # a resumed run has its trained head
         if fitted_head is not None:
             set_head(model, fitted_head["weight"], fitted_head["bias"])
             fitted = fitted_head
         else:
-            fitted = init_head_from_probe(model.to(args.device), train_chains, tokenizer.pad_token_id,
+            fitted = init_head_from_probe(model.to(device), train_chains, tokenizer.pad_token_id,
                                           config.loss.type, config.training.head_init_rows)
-        if args.process_index == 0:
+        if is_main_process():
             print(f"prmkit: head fitted as a linear probe on {fitted['steps']} labelled steps of {fitted['chains']} "
                   "training chains", flush=True)
     if config.model.finetune == "lora":
@@ -263,7 +269,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
         metadata=metadata, head_lr=config.training.head_lr, callbacks=[FinalStepFlow()],
     )
-    if trainer.is_world_process_zero():
+    if is_main_process():
         write_text_atomic(run_dir / "config.yaml", config_to_yaml(config))
 
     started = time.perf_counter()
@@ -287,6 +293,6 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
         resumed_from=resume_from,
     )
-    if trainer.is_world_process_zero():
+    if is_main_process():
         write_json_atomic(run_dir / "summary.json", summary.as_dict())
     return summary
