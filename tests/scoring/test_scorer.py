@@ -2,6 +2,7 @@
 file command keeps every row, in order."""
 
 import json
+import math
 import re
 
 import pytest
@@ -12,7 +13,7 @@ from prmkit.data.synthetic import generate_records
 from prmkit.device import resolve_device, resolve_dtype
 from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
-from prmkit.scoring.aggregate import aggregate, rank_candidates
+from prmkit.scoring.aggregate import aggregate, chain_reward, rank_candidates
 from prmkit.scoring.inputs import completion_text, prompt_text, split_steps
 from prmkit.scoring.options import ScoreFileOptions
 from prmkit.scoring.scorer import PRMScorer
@@ -117,6 +118,30 @@ def test_rank_candidates_ties_and_unscored():
     assert [c.index for c in ranked] == [2, 3, 0, 1, 4]
     assert [c.rank for c in ranked] == [0, 1, 2, 3, 4]
     assert ranked[0].score == 0.3 and ranked[-1].score is None and ranked[0].step_scores == [0.3, 0.8]
+
+
+def test_a_cut_or_nan_candidate_never_wins():
+    # under "last" the cut chain would be judged by a middle step (0.9) and beat the whole one (0.7)
+    assert rank_candidates([[0.9, 0.8, 0.7], [0.95, 0.9, None]], "last")[0].index == 0
+    ranked = rank_candidates([[0.95, None], [0.2, 0.3], [float("nan"), 0.9], [0.5, None], [None]], "min")
+    assert [c.index for c in ranked] == [1, 0, 3, 2, 4] and [c.truncated for c in ranked] == [
+        False, True, True, False, True]
+    assert [c.index for c in rank_candidates([[0.95, None], [0.2, 0.3]], "min", truncated="kept")] == [0, 1]
+    for order in ([0.5, float("nan")], [float("nan"), 0.5]):  # min/max alone would depend on the order
+        assert math.isnan(aggregate(order, "min")) and math.isnan(aggregate(order, "max"))
+    assert chain_reward([0.9, float("nan")], "mean", floor=-1.0) == -1.0
+    with pytest.raises(PRMError, match="truncated='drop'"):
+        rank_candidates([[0.5]], "min", truncated="drop")
+
+
+def test_bf16_backbone_keeps_distinct_scores_distinct(run, scorer):
+    """The head runs in fp32 whatever the backbone's dtype: candidates whose fp32 scores differ must not tie."""
+    low = PRMScorer.from_pretrained(run, device="cpu", dtype="bf16")
+    assert next(low.model.model.parameters()).dtype == torch.bfloat16 and low.model.score.weight.dtype == torch.float32
+    chains = [("What is 2 + 3?", ["2 + 3 = 5.", f"The answer is {n}."]) for n in range(40)]
+    full, half = scorer.score_many(chains), low.score_many(chains)
+    assert len({round(s[-1], 9) for s in half}) == len({round(s[-1], 9) for s in full}) == 40
+    assert [s[-1] for s in half] == pytest.approx([s[-1] for s in full], abs=0.03)
 
 
 def test_best_of_n_on_a_run(scorer):

@@ -65,9 +65,10 @@ def rank_candidates(step_scores: Sequence[Sequence[float | None]], how: str = "m
     if truncated not in TRUNCATED:
         raise PRMError(f"truncated={truncated!r} is not known; use 'kept' or 'floor'")
     scores = [aggregate(s, how) for s in step_scores]
+    usable = [_usable(score) for score in scores]
     cut = [truncated == "floor" and is_truncated(s) for s in step_scores]
-    order = sorted(range(len(scores)), key=lambda i: (not _usable(scores[i]), cut[i],
-                                                      -scores[i] if _usable(scores[i]) else 0.0, i))
+    order = sorted(range(len(scores)), key=lambda i: (not usable[i], usable[i] and cut[i],
+                                                      -scores[i] if usable[i] else 0.0, i))
     return [RankedCandidate(rank=rank, index=i, steps=list(steps[i]) if steps else [],
                             step_scores=list(step_scores[i]), score=scores[i], text=texts[i] if texts else None,
                             truncated=is_truncated(step_scores[i]))

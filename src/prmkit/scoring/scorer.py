@@ -16,7 +16,7 @@ import torch
 from prmkit.device import resolve_device, resolve_dtype
 from prmkit.errors import PRMError
 from prmkit.loss import scores_from_head
-from prmkit.model import METADATA_FILE, PRMMetadata, context_length, load_prm
+from prmkit.model import METADATA_FILE, PRMMetadata, context_length, head_name, load_prm
 from prmkit.model import merge_adapter as merge_lora_adapter
 from prmkit.scoring.aggregate import RankedCandidate, rank_candidates
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
@@ -37,6 +37,8 @@ class PRMScorer:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        if self.dtype != torch.float32:
+            _head_in_fp32(self.model)
         self.tokenizer = tokenizer
         self.metadata = metadata
         self.batch_size = batch_size
@@ -135,3 +137,14 @@ class PRMScorer:
             batch.append(index)
         if batch:
             yield batch
+
+
+def _head_in_fp32(model) -> None:
+    """Run the head in fp32 on a bf16/fp16 backbone. A bf16 output has 8 bits of mantissa: logits 2.010 and 2.014
+    both come out as 2.0156, so at N=16-64 candidates distinct chains tie and input order picks the winner. The
+    head is one matrix-vector product per position, so fp32 costs nothing measurable; its input, the backbone's
+    last hidden state, is cast up on the way in."""
+    head = getattr(model, head_name(model))
+    head.float()
+    head.register_forward_pre_hook(lambda module, args: tuple(
+        a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args))
