@@ -170,3 +170,37 @@ def test_majority_vote_counts_spellings_of_one_answer_together(run, tmp_path):
                 tmp_path / "spellings.jsonl")
     metrics = evaluate(run, [tmp_path / "spellings.jsonl"], EvalOptions(out=tmp_path / "s"), CPU, progress=quiet)
     assert metrics.splits["spellings"]["best_of_n"]["majority_vote"] == 1.0
+
+
+def test_steps_past_max_length_are_shown_warned_and_left_out_of_f1_seen(run, data, tmp_path, capsys):
+    long_chain = {"prompt": "What is 2 + 3?", "completions": ["2 + 3 = 5, as we check by counting on."] * 6,
+                  "labels": [1] * 5 + [0]}  # its first error is the last step, which max_length cuts
+    write_jsonl([long_chain, {**long_chain, "completions": ["2 + 3 = 6."], "labels": [0]}], tmp_path / "long.jsonl")
+    out = tmp_path / "eval"
+    assert main(["eval", str(run), str(tmp_path / "long.jsonl"), "--out", str(out), "--device", "cpu",
+                 "--max-length", "48"]) == 0
+    printed = capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    split = metrics["splits"]["long"]
+    assert split["steps"] == 7 and split["steps_unscored"] >= 1 and split["unscored_share"] >= 0.1
+    pb = split["processbench"]
+    assert pb["n_error"] == 2 and pb["scored"]["n_error"] == 1 and pb["scored"]["chains_left_out"] == 1
+    [warning] = metrics["warnings"]
+    assert "long: " in warning and "past max_length 48" in warning and "--max-length " in warning
+    assert f"{split['steps_unscored']}/7)" in printed  # the share beside the split's numbers
+    assert "warning: long:" in printed and "F1 seen" in printed
+
+
+def test_raw_benchmark_rows_the_conversion_skips_are_counted_and_printed(run, tmp_path):
+    row = {"idx": 3, "classification": "circular", "modified_question": "What is 2 + 3?",
+           "modified_process": ["2 + 3 = 5.", "So 6."], "error_steps": [2], "original_process": []}
+    write_jsonl([row, {**row, "modified_question": "Again?"}, {**row, "idx": 4, "error_steps": [9]},
+                 {**row, "idx": 5}], tmp_path / "bench.jsonl")
+    printed = []
+    metrics = evaluate(run, [tmp_path / "bench.jsonl"], EvalOptions(out=tmp_path / "e"), CPU,
+                       progress=printed.append).splits["bench"]
+    assert metrics["rows"] == 2 and metrics["prmbench"]["overall"]["chains"] == 2
+    assert metrics["conversion"]["rows_read"] == 4 and metrics["conversion"]["rows_skipped"] == 2
+    assert set(metrics["conversion"]["skipped"]) == {"repeated (classification, idx): the first row is kept",
+                                                     "error_steps number outside 1..len(modified_process)"}
+    assert any("2 of 4 raw prmbench rows were skipped" in line for line in printed)

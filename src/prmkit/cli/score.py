@@ -95,6 +95,8 @@ def cmd_eval(args) -> int:
     result = evaluate(args.run, args.data, options, scoring_options(args), progress=console.print)
     for table in render_tables(result):
         console.print(table)
+    for warning in result.warnings:
+        console.print(f"warning: {warning}", style="yellow", highlight=False)
     written = ["metrics.json"] + [Path(v).name for v in result.outputs.values() if v]
     console.print(f"written to {result.out}: {', '.join(written)}")
     console.print(f"time: {result.total_seconds:.1f} s (model load {result.load_seconds:.1f} s)")

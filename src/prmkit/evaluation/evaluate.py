@@ -19,9 +19,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from prmkit.data.formats_base import ConversionReport, guess_format
-from prmkit.data.records import detect_scheme, normalise_label
-from prmkit.data.rows import Row, RowReader
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import best_of_n_metrics, step_metrics
 from prmkit.evaluation.options import EvalOptions
@@ -31,16 +28,19 @@ from prmkit.evaluation.processbench import (
     average_f1,
     calibrate_threshold,
     evaluate_threshold,
-    first_error_from_labels,
+    first_error_scored,
     predict_first_error,
+    processbench_f1,
 )
+from prmkit.evaluation.splits import Chain, Split, chain_lengths, evenly_spaced, load_split  # noqa: F401
 from prmkit.files import write_json_atomic
 from prmkit.scoring.aggregate import AGGREGATIONS, aggregate
-from prmkit.scoring.inputs import parse_row
 from prmkit.scoring.options import ScoringOptions
 from prmkit.scoring.scorer import PRMScorer
 
 DEFAULT_THRESHOLD = 0.5  # a probability midpoint for bce; for mse, the midpoint of the 0/1 step labels
+# A split with at least this share of its steps past max_length gets a warning with the --max-length that fits.
+UNSCORED_WARNING = 0.1
 
 
 @dataclass(frozen=True)
@@ -65,148 +65,15 @@ class EvalResult:
     outputs: dict[str, str | None]  # report, roc, calibration, training_loss -> file written (None: not made)
     load_seconds: float
     total_seconds: float
+    warnings: list[str] = field(default_factory=list)  # what makes the numbers less than they seem
 
     def to_dict(self) -> dict:
         threshold = {k: v for k, v in asdict(self.threshold).items() if v is not None}
         return {"run": self.run, "device": self.device, "dtype": self.dtype, "loss": self.loss,
                 "max_length": self.max_length, "threshold": threshold, "splits": self.splits,
-                "processbench_average_f1": self.processbench_average_f1,
+                "processbench_average_f1": self.processbench_average_f1, "warnings": self.warnings,
                 "seconds": {"load": self.load_seconds, "total": self.total_seconds}, "out": str(self.out),
                 "outputs": self.outputs}
-
-
-@dataclass
-class Chain:
-    prompt: str
-    steps: list[str]
-    labels: list[float | None] | None = None
-    first_error: int | None = None
-    correct: bool | None = None
-    answer: object = None
-    group: str = ""  # chains of one problem (best-of-N)
-    title: str = ""
-    prmbench_class: str | None = None  # PRMBench's error class (`classification`), e.g. "circular"
-    scores: list[float | None] = field(default_factory=list)
-
-
-@dataclass
-class Split:
-    name: str
-    path: Path
-    chains: list[Chain]
-    seconds: float = 0.0
-    label_scheme: str = "binary"  # how this file's labels were read
-    notes: list[str] = field(default_factory=list)  # what the reader decided that the user should know
-
-
-def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None, name: str | None = None,
-               label_scheme: str | None = None) -> Split:
-    """Read a data file into chains (`limit` rows evenly spaced, each keeping its row number in the file); a raw
-    ProcessBench (or other known) layout is converted first. Labels are read with `label_scheme`, else with the
-    run's (see `split_label_scheme`)."""
-    path = Path(path)
-    numbered, conversion = _converted(evenly_spaced(list(RowReader(path)), limit), path)
-    scheme, notes = split_label_scheme([row.value for row in numbered], path, scorer.metadata,
-                                       label_scheme, converted=conversion is not None)
-    chains: list[Chain] = []
-    for number, row in ((r.number, r.value) for r in numbered):
-        where = f"{path}: row {number}"
-        parsed = parse_row(row, where, scorer.metadata.separator)
-        if parsed.kind == "candidates":
-            chains += _candidate_chains(row, parsed, where, number)
-            continue
-        labels = _labels(row, where, scheme, scorer.metadata.neutral_label, len(parsed.steps[0]))
-        first_error = row.get("first_error")
-        if first_error is None and labels is not None:
-            first_error = first_error_from_labels(labels)
-        correct = row.get("correct", row.get("final_answer_correct"))
-        chains.append(Chain(parsed.prompt, parsed.steps[0], labels, first_error,
-                            None if correct is None else bool(correct), row.get("answer"), group=parsed.prompt,
-                            title=str(row.get("id", f"row {number}")), prmbench_class=_prmbench_class(row, where)))
-    return Split(name or path.stem, path, chains, label_scheme=scheme, notes=notes)
-
-
-def split_label_scheme(rows: list, path: Path, metadata, given: str | None, *,
-                       converted: bool = False) -> tuple[str, list[str]]:
-    """The scheme a file's labels are read with, and a note when that reading is a guess. One rule per run, so a
-    0 means here what it meant in training: the scheme given (`--label-scheme`), else the run's own
-    (`metadata.label_scheme`, resolved from its training data); `auto`, or a run that recorded none, detects
-    it per file. Rows converted from a raw benchmark layout hold normalised labels and are always binary."""
-    if converted:
-        return "binary", []
-    wanted = given or metadata.label_scheme or "auto"
-    detected = detect_scheme(rows)
-    if wanted == "auto":
-        return detected, []
-    notes = []
-    has_zero = any(isinstance(row, dict) and isinstance(row.get("labels"), list)
-                   and any(label == 0 and not isinstance(label, bool) for label in row["labels"]) for row in rows)
-    if given is None and wanted == "ternary" and detected == "binary" and has_zero:
-        notes.append(f"{path}: no label is -1, and the run was trained on -1/0/+1 ratings, so a 0 label is read "
-                     f"as a neutral rating ({metadata.neutral_label}); if 0 means a wrong step in this file "
-                     "(e.g. one written by prmkit data convert), pass --label-scheme binary")
-    return wanted, notes
-
-
-def _converted(rows: list[Row], path: Path) -> tuple[list[Row], ConversionReport | None]:
-    """Rows in a known raw layout (ProcessBench's problem/steps/label) become records, with the conversion's
-    report (None for rows that are records already). A conversion that keeps one record per row keeps the row
-    numbers; one that merges or skips rows numbers the records in order."""
-    first = rows[0].value if rows else None
-    source_format = guess_format(first) if isinstance(first, dict) and "prompt" not in first else None
-    if not source_format or source_format == "trl":
-        return rows, None
-    from prmkit.data.convert import convert_rows
-
-    records, report = convert_rows(source_format, [row.value for row in rows], str(path))
-    if len(records) == len(rows):
-        return [Row(row.number, record) for row, record in zip(rows, records)], report
-    return [Row(index + 1, record) for index, record in enumerate(records)], report
-
-
-def evenly_spaced(rows: list, limit: int | None) -> list:
-    """`limit` rows spread evenly through the file, first row included: benchmark files are often sorted (by
-    source, or errors first), and a head would not keep their mix. Rows of one problem may be split apart."""
-    if limit is None or limit >= len(rows):
-        return rows
-    if limit < 1:
-        raise PRMError(f"limit={limit}; use a positive number of rows")
-    return [rows[i * len(rows) // limit] for i in range(limit)]
-
-
-def _labels(row: dict, where: str, scheme: str, neutral: str, n_steps: int) -> list[float | None] | None:
-    labels = row.get("labels")
-    if labels is None:
-        return None
-    if not isinstance(labels, list) or len(labels) != n_steps:
-        raise PRMError(f"{where}, field 'labels': expected a list of {n_steps} labels (one per step), "
-                       f"got {labels!r:.60}")
-    try:
-        return [normalise_label(value, scheme, neutral) for value in labels]
-    except ValueError as err:
-        raise PRMError(f"{where}, field 'labels': {err}") from None
-
-
-def _prmbench_class(row: dict, where: str) -> str | None:
-    value = row.get("prmbench_class")
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise PRMError(f"{where}, field 'prmbench_class': expected PRMBench's error class as a string, e.g. "
-                       f"'circular', got {value!r:.60}; convert PRMBench rows with `prmkit data convert --from "
-                       "prmbench`")
-    return value
-
-
-def _candidate_chains(row: dict, parsed, where: str, number: int) -> list[Chain]:
-    n = len(parsed.steps)
-    correct = row.get("correct")
-    answers = row.get("answers", row.get("answer"))
-    for key, value in (("correct", correct), ("answers", answers)):
-        if value is not None and (not isinstance(value, list) or len(value) != n):
-            raise PRMError(f"{where}, field '{key}': expected a list with one entry per candidate ({n}), "
-                           f"got {value!r:.60}")
-    return [Chain(parsed.prompt, steps, correct=None if correct is None else bool(correct[i]),
-                  answer=None if answers is None else answers[i], group=f"row {number}",
-                  title=f"row {number} candidate {i}") for i, steps in enumerate(parsed.steps)]
 
 
 def score_split(scorer: PRMScorer, split: Split) -> Split:
@@ -261,17 +128,23 @@ def _answer_text(answer: object) -> str:
 def split_metrics(split: Split, threshold: float) -> dict:
     scores, labels = step_pairs(split)
     chains = first_error_chains(split)
+    steps = sum(len(c.scores) for c in split.chains)
+    unscored = sum(s is None for c in split.chains for s in c.scores)
     result: dict = {"rows": len(split.chains), "label_scheme": split.label_scheme,
                     "score_seconds": round(split.seconds, 2),
                     "chains_per_s": round(len(split.chains) / split.seconds, 2) if split.seconds else None,
-                    "steps_unscored": sum(s is None for c in split.chains for s in c.scores),
+                    "steps": steps, "steps_unscored": unscored,
+                    "unscored_share": round(unscored / steps, 4) if steps else None,
                     "step": step_metrics(scores, labels, threshold) if scores else None}
+    if split.conversion is not None:
+        result["conversion"] = split.conversion
     if chains:
         step_scores, gold = [c.scores for c in chains], [c.first_error for c in chains]
         result["processbench"] = evaluate_threshold(step_scores, gold, threshold)
         oracle = calibrate_threshold(step_scores, gold)
         result["processbench"]["oracle_threshold"] = oracle["threshold"]
         result["processbench"]["oracle_f1"] = oracle["f1"]
+        result["processbench"]["scored"] = processbench_scored(chains, threshold)
     bench = [c for c in split.chains if c.prmbench_class is not None]
     if bench:
         result["prmbench"] = prmbench_metrics(
@@ -281,6 +154,33 @@ def split_metrics(split: Split, threshold: float) -> dict:
     groups = best_of_n_groups(split)
     result["best_of_n"] = best_of_n_metrics(groups, list(AGGREGATIONS)) if groups else None
     return result
+
+
+def processbench_scored(chains: list[Chain], threshold: float) -> dict:
+    """ProcessBench over the chains the PRM saw up to their labelled first error (a correct chain: all of its
+    steps). A chain whose first error lay past max_length can never be found, so the F1 over every chain
+    mixes the PRM's misses with what it was never shown."""
+    seen = [c for c in chains if first_error_scored(c.scores, c.first_error)]
+    predicted = [predict_first_error(c.scores, threshold) for c in seen]
+    return {**processbench_f1(predicted, [c.first_error for c in seen]), "chains_left_out": len(chains) - len(seen)}
+
+
+def unscored_warning(split: Split, metrics: dict, scorer: PRMScorer) -> str | None:
+    """A warning naming the --max-length that scores every step, when a large share of the split went unscored."""
+    share = metrics["unscored_share"]
+    if not share or share < UNSCORED_WARNING:
+        return None
+    cut = [c for c in split.chains if any(s is None for s in c.scores)]
+    longest = max(chain_lengths(scorer, cut))
+    fits = -(-longest // 64) * 64  # rounded up to a multiple of 64
+    pb = metrics.get("processbench")
+    left_out = pb["scored"]["chains_left_out"] if pb else 0
+    missed = (f"; ProcessBench F1 includes {left_out} chain{'s' * (left_out != 1)} that the PRM did not see up to "
+              "the labelled first error (a correct chain: to its end), which the 'F1 seen' column leaves out"
+              if left_out else "")
+    return (f"{split.name}: {metrics['steps_unscored']} of {metrics['steps']} steps ({share:.0%}) lie past "
+            f"max_length {scorer.metadata.max_length} and were not scored, so no metric reads them{missed}. Pass "
+            f"--max-length {fits} to score every step (the longest chain is {longest} tokens; longer is slower)")
 
 
 def choose_threshold(threshold: float | None, calibration: Split | None) -> Threshold:
@@ -310,6 +210,11 @@ def evaluate(run: str | Path, data: list[str | Path], options: EvalOptions = Eva
         split = load_split(path, scorer, limit=options.limit, name=name, label_scheme=options.label_scheme)
         for note in split.notes:
             progress(f"note: {note}")
+        if split.conversion and split.conversion["rows_skipped"]:
+            c = split.conversion
+            reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(c["skipped"].items()))
+            progress(f"{split.name}: {c['rows_skipped']} of {c['rows_read']} raw {c['source_format']} rows were "
+                     f"skipped by the conversion ({reasons})")
         progress(f"scoring {split.name}: {len(split.chains)} chains on {scorer.device} "
                  f"({str(scorer.dtype).replace('torch.', '')})")
         splits.append(score_split(scorer, split))
@@ -326,7 +231,8 @@ def evaluate(run: str | Path, data: list[str | Path], options: EvalOptions = Eva
     result = EvalResult(run=str(run), device=str(scorer.device), dtype=str(scorer.dtype).replace("torch.", ""),
                         loss=scorer.metadata.loss, max_length=scorer.metadata.max_length, threshold=chosen,
                         splits=per_split, processbench_average_f1=average_f1(pb) if pb else None, out=target,
-                        outputs={}, load_seconds=round(load_s, 2), total_seconds=0.0)
+                        outputs={}, load_seconds=round(load_s, 2), total_seconds=0.0,
+                        warnings=[w for s in splits if (w := unscored_warning(s, per_split[s.name], scorer))])
     result.outputs = write_outputs(result, splits, options.report_chains)
     result.total_seconds = round(time.perf_counter() - started, 2)
     write_json_atomic(target / "metrics.json", result.to_dict())

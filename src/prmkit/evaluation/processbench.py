@@ -32,6 +32,14 @@ def predict_first_error(scores: Sequence[float | None], threshold: float) -> int
     return -1
 
 
+def first_error_scored(scores: Sequence[float | None], gold: int) -> bool:
+    """Whether the PRM saw a chain up to its labelled first error: that step has a score, or for a chain with no
+    error (-1), every step has one."""
+    if gold < 0:
+        return all(score is not None for score in scores)
+    return gold < len(scores) and scores[gold] is not None
+
+
 def harmonic_mean(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None

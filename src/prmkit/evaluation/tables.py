@@ -19,27 +19,34 @@ def render_tables(result: EvalResult) -> list[Table]:
                  f"{result.threshold.source})", title_justify="left")
     columns = [("steps", "n_steps"), ("AUROC", "auroc"), ("acc", "accuracy"), ("error P", "error_precision"),
                ("error R", "error_recall"), ("error F1", "error_f1"), ("MSE", "mse"), ("ECE", "ece")]
-    for title, _ in [("split", None), *columns]:
+    for title, _ in [("split", None), *columns, ("unscored", None)]:
         step.add_column(title, justify="left" if title == "split" else "right")
     for name, m in splits.items():
         if m.get("step"):
-            step.add_row(name, *(format_value(m["step"].get(key)) for _, key in columns))
+            step.add_row(name, *(format_value(m["step"].get(key)) for _, key in columns), unscored(m))
     if step.row_count:
         tables.append(step)
 
     pb_rows = {name: m["processbench"] for name, m in splits.items() if m.get("processbench")}
     if pb_rows:
         pb = Table(title="ProcessBench (first error = first step below the threshold)", title_justify="left")
-        for title in ("split", "erroneous", "correct", "error acc", "correct acc", "F1", "oracle F1 (thr)"):
+        for title in ("split", "erroneous", "correct", "error acc", "correct acc", "F1", "oracle F1 (thr)",
+                      "F1 seen (chains)", "unscored"):
             pb.add_column(title, justify="left" if title == "split" else "right")
         for name, r in pb_rows.items():
+            seen = r["scored"]
             pb.add_row(name, str(r["n_error"]), str(r["n_correct"]), format_value(r["error_accuracy"]),
                        format_value(r["correct_accuracy"]), format_value(r["f1"]),
-                       f"{format_value(r['oracle_f1'])} ({r['oracle_threshold']:.3g})")
-        pb.add_row("average", "", "", "", "", format_value(result.processbench_average_f1), "", style="bold")
+                       f"{format_value(r['oracle_f1'])} ({r['oracle_threshold']:.3g})",
+                       f"{format_value(seen['f1'])} ({seen['n_error'] + seen['n_correct']})", unscored(splits[name]))
+        pb.add_row("average", "", "", "", "", format_value(result.processbench_average_f1), "", "", "",
+                   style="bold")
+        pb.caption = ("F1 seen: over the chains whose labelled first error (for a correct chain, every step) "
+                      "was scored")
+        pb.caption_justify = "left"
         tables.append(pb)
 
-    tables += [prmbench_table(name, m["prmbench"]) for name, m in splits.items() if m.get("prmbench")]
+    tables += [prmbench_table(name, m["prmbench"], unscored(m)) for name, m in splits.items() if m.get("prmbench")]
 
     bon_rows = {name: m["best_of_n"] for name, m in splits.items() if m.get("best_of_n")}
     if bon_rows:
@@ -55,14 +62,23 @@ def render_tables(result: EvalResult) -> list[Table]:
         for how in AGGREGATIONS:
             bon.add_row(f"PRM {how}", *(format_value(r["prm"][how]) for r in bon_rows.values()))
         bon.add_row("oracle (any correct)", *(format_value(r["oracle"]) for r in bon_rows.values()))
+        bon.add_row("steps unscored", *(unscored(splits[name]) for name in bon_rows), style="italic")
         tables.append(bon)
     return tables
 
 
-def prmbench_table(split: str, result: dict) -> Table:
+def unscored(metrics: dict) -> str:
+    """A split's steps that max_length left unscored, as a share and a count: "51% (149/294)"."""
+    share, count = metrics.get("unscored_share"), metrics.get("steps_unscored", 0)
+    if not count:
+        return "0"
+    return f"{share:.0%} ({count}/{metrics['steps']})" if share >= 0.01 else f"<1% ({count}/{metrics['steps']})"
+
+
+def prmbench_table(split: str, result: dict, unscored_steps: str = "0") -> Table:
     """Overall, each error class (with the leaderboard's column name) and each dimension's mean PRMScore."""
     table = Table(title=f"PRMBench {split}: PRMScore = (F1 correct + F1 wrong) / 2, a step passes if its score "
-                  f"> {result['threshold']:.4g}", title_justify="left")
+                  f"> {result['threshold']:.4g}; steps unscored: {unscored_steps}", title_justify="left")
     for title in ("class", "chains", "correct steps", "wrong steps", "F1 correct", "F1 wrong", "PRMScore"):
         table.add_column(title, justify="left" if title == "class" else "right")
 
