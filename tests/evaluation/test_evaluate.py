@@ -204,3 +204,15 @@ def test_raw_benchmark_rows_the_conversion_skips_are_counted_and_printed(run, tm
     assert set(metrics["conversion"]["skipped"]) == {"repeated (classification, idx): the first row is kept",
                                                      "error_steps number outside 1..len(modified_process)"}
     assert any("2 of 4 raw prmbench rows were skipped" in line for line in printed)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "processbench" / "math.json").is_file(),
+                    reason=f"real ProcessBench data not found in {SHARED_DATA / 'processbench'}")
+def test_real_processbench_chains_cut_by_max_length_are_warned_about(run, tmp_path):
+    result = evaluate(run, [SHARED_DATA / "processbench" / "math.json"], EvalOptions(limit=6, out=tmp_path),
+                      ScoringOptions(device="cpu", max_length=128), progress=quiet)
+    split = result.splits["math"]
+    assert split["unscored_share"] > 0.1 and split["conversion"]["rows_read"] == 6
+    assert result.warnings and "--max-length" in result.warnings[0]
+    seen = split["processbench"]["scored"]
+    assert seen["n_error"] + seen["n_correct"] + seen["chains_left_out"] == 6 and seen["chains_left_out"] > 0
