@@ -38,7 +38,7 @@ from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer  # n
 from prmkit.scoring.scorer import PRMScorer  # noqa: E402
 
 
-def build_scorer(batch_size: int) -> PRMScorer:
+def build_scorer(batch_size: int, max_batch_tokens: int | None = None) -> PRMScorer:
     path = backbone_path()
     torch.manual_seed(0)  # the same random head in this process and the server's
     model = load_token_classifier(path)
@@ -46,7 +46,8 @@ def build_scorer(batch_size: int) -> PRMScorer:
     model.config.pad_token_id = tokenizer.pad_token_id
     metadata = PRMMetadata(base_model="smollm2-135m", base_path=path, finetune="none", loss="bce",
                            separator="\n\n", max_length=1024)
-    return PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=batch_size)
+    return PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=batch_size,
+                     max_batch_tokens=max_batch_tokens)
 
 
 def make_chains(n: int, steps: int) -> list[tuple[str, list[str]]]:
@@ -64,7 +65,7 @@ def serve_child(args) -> None:
     from prmkit.serving.app import create_app
     from prmkit.serving.options import ServeOptions
 
-    scorer = build_scorer(args.batch_size)
+    scorer = build_scorer(args.batch_size, getattr(args, "max_batch_tokens", None))
     app = create_app(scorer, ServeOptions(max_wait_ms=args.max_wait_ms), model_name="smollm2-135m")
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
@@ -99,7 +100,9 @@ def batch_stats(url: str) -> tuple[float, float]:
 def start_server(args) -> tuple[subprocess.Popen, str]:
     url = f"http://127.0.0.1:{args.port}"
     child = subprocess.Popen([sys.executable, __file__, "--child", "--port", str(args.port), "--batch-size",
-                              str(args.batch_size), "--max-wait-ms", str(args.max_wait_ms)])
+                              str(args.batch_size), "--max-wait-ms", str(args.max_wait_ms)]
+                             + (["--max-batch-tokens", str(args.max_batch_tokens)]
+                                if getattr(args, "max_batch_tokens", None) else []))
     deadline = time.monotonic() + 300
     while True:
         assert child.poll() is None and time.monotonic() < deadline, "the server did not start"
@@ -143,6 +146,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--out", default="bench/results/serve.json")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--max-batch-tokens", type=int, default=None, help=argparse.SUPPRESS)  # the child's
     args = parser.parse_args()
     if args.child:
         return serve_child(args)
