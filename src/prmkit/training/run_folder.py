@@ -1,5 +1,6 @@
 """The run folder before training: refuse to clobber an earlier run, check it is writable and can hold the
-checkpoints. Which checkpoint to resume from is `prmkit.training.checkpoints`' business."""
+checkpoints, and hold a resumed run to the settings it started with. Which checkpoint to resume from is
+`prmkit.training.checkpoints`' business."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from prmkit.config import Config
+from prmkit.config import Config, load_config
 from prmkit.errors import PRMError
 from prmkit.training.checkpoints import remove_stale_staging
 
@@ -71,6 +72,57 @@ def _from_main_process(message: str | None) -> str | None:
     box = [message]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+CONFIG_FILE = "config.yaml"
+# What a resumed run may change: how long it runs, and how it is logged, saved, evaluated and fed (none of which
+# changes what it learns), where its folder is and what it may load. Everything else (data, max_length,
+# separator, model, LoRA, loss, optimizer, learning rate, batch size, seed, ...) would make the second half another
+# run than the first, and the data position restored from the checkpoint would point into other data.
+RESUMABLE_KEYS = frozenset({
+    "output_dir", "run_name", "model.trust_remote_code", "model.allow_pickle",
+    "training.max_steps", "training.epochs",
+    "training.logging_steps", "training.report_to", "training.save_steps", "training.save_total_limit",
+    "training.eval_steps", "training.eval_batch_size", "training.dataloader_num_workers",
+    "training.gradient_checkpointing",
+})
+
+
+def resume_changes(config: Config, checkpoint: str) -> dict[str, list]:
+    """What `config` changes against the config its run started with (config.yaml in the checkpoint's run folder),
+    as {key: [started with, now]}. A change outside RESUMABLE_KEYS is a PRMError naming every such key with both
+    values. A checkpoint without a config.yaml beside it has nothing to be checked against (with a warning)."""
+    started_file = Path(checkpoint).parent / CONFIG_FILE
+    if not started_file.is_file():
+        print(f"prmkit: warning: no {CONFIG_FILE} beside {checkpoint}: the resumed run's settings cannot be checked "
+              "against the ones it started with", file=sys.stderr, flush=True)
+        return {}
+    started = _flat(load_config(started_file))
+    now = _flat(config)
+    changes = {key: [started.get(key), now.get(key)] for key in now.keys() | started.keys()
+               if started.get(key) != now.get(key) and key != "training.resume"}
+    refused = sorted(key for key in changes if key not in RESUMABLE_KEYS)
+    if refused:
+        listed = "; ".join(f"{key} is {changes[key][1]!r}, the run started with {changes[key][0]!r}"
+                           for key in refused)
+        raise PRMError(f"training.resume={config.training.resume} would change the settings of the run in "
+                       f"{started_file.parent} (it started with {started_file}): {listed}. A resumed run keeps "
+                       f"the settings it started with: set {', '.join(refused)} back (or resume with "
+                       f"`prmkit train {started_file} training.resume={config.training.resume}`), or start a new run "
+                       "under another run_name. Only the length of the run (training.max_steps, training.epochs) and "
+                       "how it is logged, saved and evaluated may change on resume")
+    return dict(sorted(changes.items()))
+
+
+def _flat(config: Config) -> dict:
+    """`section.key` -> value, as a user spells the keys (YAML and overrides)."""
+    flat = {}
+    for key, value in config.model_dump(mode="json").items():
+        if isinstance(value, dict):  # a section
+            flat.update({f"{key}.{name}": inner for name, inner in value.items()})
+        else:
+            flat[key] = value
+    return flat
 
 
 def check_free_space(run_dir: Path, *, saved_params: int, trainable_params: int, checkpoints_kept: int | None) -> None:

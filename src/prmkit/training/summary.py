@@ -35,11 +35,13 @@ class RunSummary:
     eval_metrics: dict = field(default_factory=dict)
     start_eval_metrics: dict = field(default_factory=dict)  # the head training started from (head_init: probe)
     resumed_from: str | None = None
+    resume_changes: dict = field(default_factory=dict)  # key -> [the run started with, the resume set]
 
     @classmethod
     def build(cls, *, config, run_dir: Path, log_history: list[dict], global_step: int, duration_s: float,
               trained_tokens: int, batch_tokens: int, trainable_params: int, total_params: int, train_stats,
-              val_stats, reports, eval_metrics: dict, resumed_from: str | None) -> "RunSummary":
+              val_stats, reports, eval_metrics: dict, resumed_from: str | None,
+              resume_changes: dict | None = None) -> "RunSummary":
         losses = [entry["loss"] for entry in log_history if "loss" in entry]
         return cls(
             run_dir=str(run_dir), base_model=config.model.base, finetune=config.model.finetune,
@@ -57,7 +59,7 @@ class RunSummary:
             eval_metrics=_eval_keys(eval_metrics),
             start_eval_metrics=_eval_keys(next((e for e in log_history if e.get("step") == 0 and "eval_loss" in e),
                                                {})),
-            resumed_from=resumed_from,
+            resumed_from=resumed_from, resume_changes=dict(resume_changes or {}),
         )
 
     def as_dict(self) -> dict:
@@ -82,11 +84,13 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     table.add_column(style="bold")
     table.add_column()
     pct = 100 * summary.trainable_params / max(summary.total_params, 1)
+    changed = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in summary.resume_changes.items())
     rows = [
         ("model", f"{summary.base_model} ({summary.finetune}, {summary.loss} loss)"),
         ("trainable parameters", f"{summary.trainable_params:,} of {summary.total_params:,} ({pct:.2f}%)"),
         ("optimizer steps",
          str(summary.optimizer_steps) + (f" (resumed from {summary.resumed_from})" if summary.resumed_from else "")),
+        *([("changed on resume", changed)] if changed else []),
         ("loss: first -> last",
          f"{format_value(summary.initial_loss, '.4f')} -> {format_value(summary.final_loss, '.4f')}"),
         ("duration", f"{summary.duration_s:.1f} s"),

@@ -39,7 +39,13 @@ from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, token
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
 from prmkit.training.head_init import init_head_from_probe, set_head
 from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
-from prmkit.training.run_folder import check_free_space, is_main_process, prepare_run_dir
+from prmkit.training.run_folder import (
+    CONFIG_FILE,
+    check_free_space,
+    is_main_process,
+    prepare_run_dir,
+    resume_changes,
+)
 from prmkit.training.summary import RunSummary
 
 
@@ -216,6 +222,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     device = args.device
     run_dir = prepare_run_dir(config, overwrite=overwrite)
     resume_from = checkpoint_to_resume(config.training.resume, run_dir)
+    resumed_with = resume_changes(config, resume_from) if resume_from else {}
     if resume_from:
         refuse_pickle_weights(resume_from, config.model.allow_pickle)
 
@@ -269,8 +276,10 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
         metadata=metadata, head_lr=config.training.head_lr, callbacks=[FinalStepFlow()],
     )
-    if is_main_process():
-        write_text_atomic(run_dir / "config.yaml", config_to_yaml(config))
+    # config.yaml stays the config the run started with: every resume is checked against it, and summary.json lists
+    # what a resume changed (resume_changes)
+    if is_main_process() and not (resume_from and (run_dir / CONFIG_FILE).is_file()):
+        write_text_atomic(run_dir / CONFIG_FILE, config_to_yaml(config))
 
     started = time.perf_counter()
     try:
@@ -291,7 +300,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         duration_s=duration, trained_tokens=trained_tokens, batch_tokens=batch_tokens, trainable_params=trainable,
         total_params=total,
         train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
-        resumed_from=resume_from,
+        resumed_from=resume_from, resume_changes=resumed_with,
     )
     if is_main_process():
         write_json_atomic(run_dir / "summary.json", summary.as_dict())
