@@ -1,5 +1,6 @@
 """A max_length beyond what the backbone reads (its position table: 512 tokens for the tiny models) is refused in
-training before the run folder is touched, and in scoring when a run's folder is loaded, with the limit named."""
+training before the run folder is touched, and in scoring when a run's folder is loaded, with the limit named. A
+validation file none of whose rows fits data.max_length is refused, not trained without the evaluation asked for."""
 
 from __future__ import annotations
 
@@ -45,3 +46,15 @@ def test_scoring_refuses_a_max_length_beyond_the_model_context(tiny_run, tmp_pat
         PRMScorer.from_pretrained(folder, device="cpu")
     scorer = PRMScorer.from_pretrained(folder, device="cpu", max_length=512)
     assert len(scorer.score("What is 2 + 3?", ["2 + 3 = 5."])) == 1
+
+
+def test_validation_rows_none_of_which_fits_max_length_are_refused(tiny_llama, tmp_path):
+    """Evaluation was asked for; training without it would pass silently for a run that was evaluated."""
+    write_jsonl(generate_records(4, seed=1), tmp_path / "train.jsonl")
+    long_row = {"prompt": "What is 1 + 1?", "completions": ["1 + 1 = 2. " * 40], "labels": [1]}
+    write_jsonl([long_row], tmp_path / "val.jsonl")
+    config = load_config(None, [f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}",
+                                f"data.val={tmp_path / 'val.jsonl'}", "data.max_length=128",
+                                f"output_dir={tmp_path / 'runs'}", "training.max_steps=1", "training.batch_size=2"])
+    with pytest.raises(PRMError, match=r"no validation row has a labelled step within data\.max_length=128"):
+        train(config)
