@@ -9,9 +9,13 @@ solution cut by the PRM's max_length.
 
     prmkit serve runs/prm --port 8000
     python -m verl.trainer.main_ppo ... \\
-        custom_reward_function.path=examples/verl_compute_score.py \\
-        custom_reward_function.name=compute_score \\
-        +custom_reward_function.reward_kwargs.url=http://127.0.0.1:8000
+        reward.custom_reward_function.path=examples/verl_compute_score.py \\
+        reward.custom_reward_function.name=compute_score \\
+        +reward.custom_reward_function.reward_kwargs.url=http://127.0.0.1:8000
+
+(Older verl releases read the same keys at the top level, without "reward.".) A runaway rollout (hundreds of steps,
+a step of 30,000 characters) is answered with a reward by the server, never an error that would fail verl's
+batch: the server scores it as far as its size limits allow and marks it truncated.
 
 `compute_score_async` is the same reward for verl's reward loop, which awaits async reward functions so many
 samples are in flight at once (the server batches them). It needs only httpx; a token set in the server's
