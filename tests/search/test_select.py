@@ -48,10 +48,21 @@ def test_equal_answers_in_different_spellings_vote_together():
 
 
 def test_ties_go_to_the_first_and_unscored_rank_last():
-    assert ranking([0.5, None, 0.7, 0.7, None]) == [2, 3, 0, 1, 4]
+    assert ranking([solution("1", s) for s in (0.5, None, 0.7, 0.7, None)]) == [2, 3, 0, 1, 4]
     assert best_of_n([solution("1", None), solution("2", 0.1)]) == 1
     assert majority_vote([solution("3", 0.1), solution("4", 0.9)]) == 0  # one vote each: the answer seen first
     assert weighted_vote([solution("3", 0.5), solution("4", 0.5)]) == 0
+
+
+def test_a_cut_or_nan_solution_never_wins():
+    """A solution whose later steps max_length cut is judged by what the PRM read: under "last" a middle step. It
+    ranks below every solution read whole; a NaN score ranks last and weighs nothing in the vote."""
+    whole = solution("5", None).scored([0.9, 0.8, 0.7], "last")
+    cut = solution("7", None).scored([0.95, 0.9, None], "last")
+    assert cut.score == 0.9 and cut.truncated and not whole.truncated and cut.row()["truncated"] is True
+    assert best_of_n([cut, whole]) == 1 and ranking([cut, whole]) == [1, 0]
+    broken = solution("7", None).scored([float("nan"), 0.9], "min")
+    assert best_of_n([broken, whole]) == 1 and weighted_vote([broken, broken, whole]) == 2
 
 
 def test_solutions_without_answers_do_not_vote():

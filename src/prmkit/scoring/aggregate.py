@@ -65,14 +65,21 @@ def rank_candidates(step_scores: Sequence[Sequence[float | None]], how: str = "m
     if truncated not in TRUNCATED:
         raise PRMError(f"truncated={truncated!r} is not known; use 'kept' or 'floor'")
     scores = [aggregate(s, how) for s in step_scores]
-    usable = [_usable(score) for score in scores]
-    cut = [truncated == "floor" and is_truncated(s) for s in step_scores]
-    order = sorted(range(len(scores)), key=lambda i: (not usable[i], usable[i] and cut[i],
-                                                      -scores[i] if usable[i] else 0.0, i))
+    order = rank_order(scores, [truncated == "floor" and is_truncated(s) for s in step_scores])
     return [RankedCandidate(rank=rank, index=i, steps=list(steps[i]) if steps else [],
                             step_scores=list(step_scores[i]), score=scores[i], text=texts[i] if texts else None,
                             truncated=is_truncated(step_scores[i]))
             for rank, i in enumerate(order)]
+
+
+def rank_order(scores: Sequence[float | None], cut: Sequence[bool] | None = None) -> list[int]:
+    """Indices best first: prmkit's one ranking rule (best-of-N, `prmkit score`'s best, eval, search and its
+    beams). Chains with a usable score come first (None or NaN last); among them a chain marked `cut` ranks below
+    every chain that is not; then the higher score; equal scores keep input order."""
+    cut = cut or [False] * len(scores)
+    usable = [_usable(score) for score in scores]
+    return sorted(range(len(scores)), key=lambda i: (not usable[i], usable[i] and cut[i],
+                                                     -scores[i] if usable[i] else 0.0, i))
 
 
 TRUNCATED = ("kept", "floor")

@@ -1,18 +1,20 @@
 """Solutions and how one is chosen among them: by PRM score (best-of-n), by vote over canonical answers
 (majority), or by PRM-weighted vote (weighted-best-of-n). Pure functions over finished solutions; no model here.
 
-Every choice is deterministic: equal scores (or equal vote totals) go to the solution that came first, and a
-solution with no scored step (an empty one) ranks below every scored one.
+Every choice is deterministic and follows `rank_order`, the ranking of best-of-N everywhere in prmkit: equal
+scores (or equal vote totals) go to the solution that came first, a solution the PRM could not read whole (cut by
+max_length) ranks below every solution it read whole, and one with no scored step or a NaN score ranks last.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from prmkit.answers import extract_answer, sample_answer, vote
-from prmkit.scoring.aggregate import aggregate
+from prmkit.scoring.aggregate import aggregate, is_truncated, rank_order
 from prmkit.scoring.inputs import split_steps
 
 # A step that commits to a final answer ends a beam. extract_answer alone would not do: it falls back to the
@@ -30,6 +32,10 @@ class Solution:
     tokens: int = 0  # tokens generated along this solution's own path
 
     @property
+    def truncated(self) -> bool:
+        return is_truncated(self.step_scores)
+
+    @property
     def answer(self) -> str | None:
         return sample_answer(self.text, self.finish_reason)
 
@@ -40,7 +46,7 @@ class Solution:
 
     def row(self) -> dict:
         return {"solution": self.text.strip(), "steps": self.steps, "step_scores": self.step_scores,
-                "score": self.score, "answer": self.answer, "finish_reason": self.finish_reason,
+                "score": self.score, "truncated": self.truncated, "answer": self.answer, "finish_reason": self.finish_reason,
                 "tokens": self.tokens}
 
 
@@ -52,13 +58,13 @@ def commits_to_answer(step: str) -> bool:
     return bool(FINAL_ANSWER.search(step)) and extract_answer(step) is not None
 
 
-def ranking(scores: Sequence[float | None]) -> list[int]:
-    """Indices best first: higher score first, unscored last, ties in input order."""
-    return sorted(range(len(scores)), key=lambda i: (scores[i] is None, -(scores[i] or 0.0), i))
+def ranking(solutions: Sequence[Solution]) -> list[int]:
+    """Indices best first, by `rank_order`."""
+    return rank_order([s.score for s in solutions], [s.truncated for s in solutions])
 
 
 def best_of_n(solutions: Sequence[Solution]) -> int:
-    return ranking([s.score for s in solutions])[0]
+    return ranking(solutions)[0]
 
 
 def majority_vote(solutions: Sequence[Solution]) -> int:
@@ -72,10 +78,11 @@ def weighted_vote(solutions: Sequence[Solution]) -> int:
     """The canonical answer with the largest sum of PRM scores (an unscored solution adds 0; ties: the answer
     seen first), represented by its best-scored solution. Falls back to best-of-n when no solution has an
     answer."""
-    winners = vote([s.answer for s in solutions], weights=[s.score or 0.0 for s in solutions])
+    weights = [s.score if s.score is not None and not math.isnan(s.score) else 0.0 for s in solutions]
+    winners = vote([s.answer for s in solutions], weights=weights)
     if not winners:
         return best_of_n(solutions)
-    return winners[0][ranking([solutions[i].score for i in winners[0]])[0]]
+    return winners[0][ranking([solutions[i] for i in winners[0]])[0]]
 
 
 CHOOSERS = {"greedy": best_of_n, "majority": majority_vote, "best-of-n": best_of_n,

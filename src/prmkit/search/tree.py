@@ -81,7 +81,7 @@ def shares(total: int, parts: int) -> list[int]:
 
 
 def _best(beams: list[Beam], k: int) -> list[Beam]:
-    return [beams[i] for i in ranking([b.solution.score for b in beams])[:k]]
+    return [beams[i] for i in ranking([b.solution for b in beams])[:k]]
 
 
 def beam_search(generator: Generator, scorer, problems: Sequence[str], options: SearchOptions,
