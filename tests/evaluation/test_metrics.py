@@ -114,6 +114,14 @@ def test_choice_accuracy_ties_and_missing_scores():
     # an unscored candidate is never picked, even when it is the only correct one
     assert choice_accuracy([None, 0.3], [True, False]) == 0.0
     assert choice_accuracy([None, None], [True, False]) == 0.5  # nothing scored: random pick
+
+
+def test_choice_accuracy_never_picks_a_cut_or_nan_candidate_over_a_whole_one():
+    # the cut candidate (higher by what was read) is wrong; the whole one is right
+    assert choice_accuracy([0.95, 0.7], [False, True], truncated=[True, False]) == 1.0
+    assert choice_accuracy([0.95, 0.7], [False, True], truncated=[True, True]) == 0.0  # all cut: by score
+    for order in ([float("nan"), 0.3], [0.3, float("nan")]):
+        assert choice_accuracy(order, [s == 0.3 for s in order]) == 1.0  # the NaN one is the wrong one
     assert random_accuracy([True, False, False, True]) == 0.5
 
 

@@ -34,7 +34,7 @@ from prmkit.evaluation.processbench import (
 )
 from prmkit.evaluation.splits import Chain, Split, chain_lengths, evenly_spaced, load_split  # noqa: F401
 from prmkit.files import write_json_atomic
-from prmkit.scoring.aggregate import AGGREGATIONS, aggregate
+from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, is_truncated
 from prmkit.scoring.options import ScoringOptions
 from prmkit.scoring.scorer import PRMScorer
 
@@ -111,6 +111,7 @@ def best_of_n_groups(split: Split) -> list[dict]:
             answers = [c.answer for c in chains]
             texts = None if any(a is None for a in answers) else [_answer_text(a) for a in answers]
             groups.append({"correct": [c.correct for c in chains], "answers": texts,
+                           "truncated": [is_truncated(c.scores) for c in chains],
                            "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})
     return groups
 

@@ -7,6 +7,7 @@ first-error protocol lives in `prmkit.evaluation.processbench`.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -108,17 +109,22 @@ def step_metrics(scores, labels, threshold: float = 0.5) -> dict[str, float | in
     }
 
 
-def choice_accuracy(scores: Sequence[float | None], correct: Sequence[bool]) -> float:
-    """Expected correctness of picking the highest-scoring candidate. Ties are broken at random, so a tie counts
-    the mean correctness of the tied candidates (a fixed rule would flatter or punish candidate order). A
-    candidate without a score is never picked; with no score at all the pick is random."""
+def choice_accuracy(scores: Sequence[float | None], correct: Sequence[bool],
+                    truncated: Sequence[bool] | None = None) -> float:
+    """Expected correctness of picking the highest-scoring candidate, by prmkit's ranking rule (`rank_order`): a
+    candidate cut by max_length is picked only when every scored candidate was cut, one without a usable score
+    (none, or NaN) never; with no usable score at all the pick is random. Ties are broken at random, so a tie counts
+    the mean correctness of the tied candidates (a fixed rule would flatter or punish candidate order)."""
     if len(scores) != len(correct):
         raise ValueError(f"{len(scores)} scores for {len(correct)} candidates")
-    scored = [s for s in scores if s is not None]
-    if not scored:
+    cut = list(truncated) if truncated is not None else [False] * len(scores)
+    usable = [i for i, s in enumerate(scores) if s is not None and not math.isnan(s)]
+    if not usable:
         return random_accuracy(correct)
-    best = max(scored)
-    tied = [bool(c) for s, c in zip(scores, correct) if s is not None and s == best]
+    whole = [i for i in usable if not cut[i]]
+    pool = whole or usable
+    best = max(scores[i] for i in pool)
+    tied = [bool(correct[i]) for i in pool if scores[i] == best]
     return sum(tied) / len(tied)
 
 
@@ -153,6 +159,7 @@ def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> di
     else:
         result["majority_vote"] = None
         result["note"] = "majority vote skipped: some candidates have no 'answer'"
-    result["prm"] = {how: float(np.mean([choice_accuracy(g["scores"][how], g["correct"]) for g in groups]))
+    result["prm"] = {how: float(np.mean([choice_accuracy(g["scores"][how], g["correct"], g.get("truncated"))
+                                         for g in groups]))
                      for how in aggregations}
     return result
