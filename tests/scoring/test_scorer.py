@@ -199,6 +199,22 @@ def test_cli_score_bad_row_fails_cleanly(run, tmp_path, capsys):
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_runaway_chain_gets_a_forward_pass_of_its_own(run, scorer):
+    """One long chain among short ones (an RL group with a runaway sample) must not pad the others to its length."""
+    short = [("What is 2 + 3?", ["2 + 3 = 5.", f"The answer is {n}."]) for n in range(7)]
+    runaway = ("What is 2 + 3?", ["2 + 3 = 5."] * 40)
+    wide = PRMScorer(scorer.model, scorer.tokenizer, scorer.metadata, device="cpu", batch_size=8)
+    shapes = []
+    hook = wide.model.register_forward_hook(
+        lambda module, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    scores = wide.score_many(short + [runaway])
+    hook.remove()
+    longest = len(wide.tokenize(*runaway).input_ids)
+    assert sorted(shapes) == sorted([(7, max(len(wide.tokenize(*c).input_ids) for c in short)), (1, longest)])
+    for got, chain in zip(scores, short + [runaway]):
+        assert got == pytest.approx(wide.score(*chain), abs=1e-5)
+
+
 def test_max_batch_tokens_bounds_every_forward_pass(run):
     scorer = PRMScorer.from_pretrained(run, device="cpu", batch_size=8, max_batch_tokens=400)
     chains = [(r["prompt"], r["completions"]) for r in generate_records(10, seed=12)]

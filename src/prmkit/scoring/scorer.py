@@ -125,16 +125,23 @@ class PRMScorer:
         return results
 
     def _batches(self, order: list[int], tokenized: list[TokenizedChain]):
-        """Consecutive runs of the length-sorted chains: at most batch_size chains, and at most max_batch_tokens
-        padded tokens (a chain longer than the budget on its own still gets a batch of one)."""
+        """Consecutive runs of the length-sorted chains: at most batch_size chains, at most max_batch_tokens padded
+        tokens (a chain longer than the budget on its own still gets a batch of one), and never mostly padding: a
+        chain that would make its batch more than half padding starts a new one. One runaway sample among an RL
+        group's ordinary ones (a 1,024-token loop beside 150-token chains) then costs its own tokens, not 16 x 1,024
+        (measured in BENCHMARKS.md, "RL rewards")."""
         batch: list[int] = []
+        real = 0  # tokens of the batch's chains, without padding
         for index in order:
             length = len(tokenized[index].input_ids)  # the longest so far, as the order is ascending
-            over_budget = self.max_batch_tokens is not None and (len(batch) + 1) * length > self.max_batch_tokens
-            if batch and (len(batch) == self.batch_size or over_budget):
+            padded = (len(batch) + 1) * length
+            over_budget = self.max_batch_tokens is not None and padded > self.max_batch_tokens
+            mostly_padding = padded > 2 * (real + length)
+            if batch and (len(batch) == self.batch_size or over_budget or mostly_padding):
                 yield batch
-                batch = []
+                batch, real = [], 0
             batch.append(index)
+            real += length
         if batch:
             yield batch
 
