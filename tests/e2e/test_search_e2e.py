@@ -1,7 +1,7 @@
 """`prmkit search` as a user runs it: a tiny policy (random weights, so its text is noise) guided by the tiny PRM
 run, through the transformers backend. What is checked is the plumbing: one row per problem with the fields the
-README promises, beam rounds cut at the delimiter, a second run that finds the work done, and the budget report
-with its table, JSON and PNG."""
+README promises, beam rounds cut at the delimiter, a second run that finds the work done, a run killed mid-batch
+that resumes to the unbroken run's file, and the budget report with its table, JSON and PNG."""
 
 from __future__ import annotations
 
@@ -37,6 +37,16 @@ def test_search_cli_beam_resume_and_budgets(tiny_run, tiny_llama, tmp_path, caps
 
     assert main(args) == 0  # everything is there already: nothing is generated again
     assert "searched 0 of 3 problems" in capsys.readouterr().out
+
+    # Killed while writing the batch of rows 1-2: row 1 whole, row 2 cut off. The batch is searched again whole
+    # and the file ends exactly as the unbroken run wrote it (the policy samples a padded batch from one seed, so
+    # row 2 searched alone would come out otherwise).
+    unbroken = out.read_bytes()
+    first, second = unbroken.split(b"\n")[:2]
+    out.write_bytes(first + b"\n" + second[:40])
+    assert main(args) == 0
+    assert "searched 2 of 3 problems" in capsys.readouterr().out
+    assert out.read_bytes() == unbroken
 
     report_out = tmp_path / "budgets.jsonl"
     assert main(["search", str(tiny_run), str(problems), str(report_out), "--policy", str(tiny_llama),

@@ -4,6 +4,7 @@ answers, continuing a killed run, refusing to mix settings in one output, bad in
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -42,6 +43,22 @@ class DiesAfter(ScriptedPolicy):
             raise Killed()
         self.left -= 1
         return super().generate(*args, **kwargs)
+
+
+class OneStreamPerCall(ScriptedPolicy):
+    """A policy that draws a whole generate call from the call's seed, as the transformers backend samples a padded
+    batch from one seed: a problem's samples depend on the other prompts of the call and their places."""
+
+    def __init__(self):
+        super().__init__(self.draw)
+        self.stream = random.Random()
+
+    def generate(self, prompts, n=1, *, seed=None, **kwargs):
+        self.stream = random.Random(seed)
+        return super().generate(prompts, n, seed=seed, **kwargs)
+
+    def draw(self, problem: str, prefix: str, k: int) -> str:
+        return f"So \\boxed{{{self.stream.randint(1, 9)}}} [{self.stream.random():.3f}]"
 
 
 @pytest.fixture
@@ -102,6 +119,24 @@ def test_a_killed_run_continues_where_it_stopped_and_ends_as_an_uninterrupted_on
     assert (summary.resumed, summary.searched) == (2, 1)
     assert {problem for call in policy.calls for problem, _ in call["prompts"]} == {"How many plums?"}
     assert out.read_text() == whole.read_text()
+
+
+@pytest.mark.parametrize("method", ["best-of-n", "beam", "dvts"])
+def test_a_half_written_batch_is_searched_again_whole_and_ends_as_an_uninterrupted_run(data, tmp_path, method):
+    options = SearchOptions(method=method, n=4, beam_width=2, problems_per_batch=2)
+    whole = tmp_path / "whole.jsonl"
+    run_search(StepScorer(), OneStreamPerCall(), data, whole, options)
+
+    out = tmp_path / "out.jsonl"
+    first_row = whole.read_text().splitlines(keepends=True)[0]
+    out.write_text(first_row + '{"row": 2, "prompt": "How many pe')  # killed while writing the batch of rows 1-2
+    policy = OneStreamPerCall()
+    summary = run_search(StepScorer(), policy, data, out, options)
+    assert (summary.resumed, summary.searched) == (1, 2)
+    assert out.read_text() == whole.read_text()
+    # the half-written batch ran with both its problems, as in the unbroken run; the kept row was not rewritten
+    assert {problem for problem, _ in policy.calls[0]["prompts"]} == {"How many apples?", "How many pears?"}
+    assert [json.loads(line)["row"] for line in out.read_text().splitlines()] == [1, 2, 3]
 
 
 def test_an_output_of_another_search_is_not_continued(data, tmp_path):

@@ -7,14 +7,21 @@ solution ending "#### N", read as N). Every bad row of a file is reported in one
 The output is JSON lines appended a batch at a time, each batch flushed and synced to disk, so a killed run loses
 at most the batch it was working on. On the next start a last line cut off by the kill (no newline) is truncated
 away; what the lines already there must match is the command's own business.
+
+Problems go in fixed batches counted from the start of the file (`batches`), and every generate call of a batch
+takes a seed derived from the run's seed and the batch's place (`derive_seed`). A batch that a kill left half
+written is run again whole, with the same seeds, and only its missing rows are appended: a batch's samples depend
+on every prompt in its generate calls (a backend samples a whole padded batch from one seed), so running only the
+missing problems would write rows that an unbroken run never would.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from prmkit.answers import gold_answer
 from prmkit.data.rows import RowReader
@@ -92,6 +99,20 @@ def problem_gold(value: dict, field: str | None, *, required: bool) -> str | Non
     if not answer and required:
         raise PRMError(f"field '{name}': the gold answer is empty; give the final answer, e.g. \"18\"")
     return answer or None
+
+
+def batches(items: Sequence[T], per_batch: int) -> Iterator[tuple[int, list[T]]]:
+    """(batch number, items) in fixed batches of `per_batch`, counted from the first item: a batch's number (and so
+    its seeds) depends on its place only, never on what an earlier run already wrote."""
+    for number, start in enumerate(range(0, len(items), per_batch)):
+        yield number, list(items[start:start + per_batch])
+
+
+def derive_seed(seed: int, *parts) -> int:
+    """A seed of its own for each generate call (a batch, a round, a method), from the run's seed: calls never
+    share a random stream, and a batch gets the same samples whatever ran before it (a resumed run included)."""
+    text = "/".join(str(part) for part in (seed, *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
 def short(value) -> str:

@@ -2,7 +2,10 @@
 
 Problems go in fixed batches of `problems_per_batch` (a batch shares the policy's generate calls and the PRM's
 score_many calls); each finished batch is graded against the gold answers (AnswerChecker) and appended to the
-output, so a killed run continues with the next batch (prmkit.search.problems). With `budgets`, a row holds
+output, so a killed run continues with the next batch (prmkit.search.problems). A batch that a kill left half
+written is searched again whole, with its own seed, and only its missing rows are kept: the samples of a problem
+depend on the other prompts of its generate calls, so the rows come out as an unbroken run writes them
+(prmkit.data.problems). With `budgets`, a row holds
 every method at every budget instead of one method's answer, and the accuracy table is written beside the output
 (prmkit.search.methods, prmkit.search.report).
 """
@@ -15,9 +18,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from prmkit.answers import AnswerChecker
+from prmkit.data.problems import batches, derive_seed
 from prmkit.generation.base import Generator
 from prmkit.search.methods import budget_results, run_method
-from prmkit.search.options import SearchOptions, derive_seed
+from prmkit.search.options import SearchOptions
 from prmkit.search.problems import Output, Problem, read_problems
 from prmkit.search.report import budget_report
 
@@ -53,23 +57,22 @@ def run_search(scorer, generator: Generator, data: str | Path, out: str | Path,
                 "policy": generator.name, "prm": prm}
     output = Output(out, identity, problems, overwrite=options.overwrite)
     resumed = sum(1 for p in problems if p.row in output.done)
-    searched = tokens = 0
+    searched = tokens = 0  # this run's rows, and every token it generated (a rerun batch's kept rows' included)
     own_checker = checker is None
     checker = checker or AnswerChecker()
     try:
         if progress:
             progress(resumed, len(problems))
-        for start in range(0, len(problems), options.problems_per_batch):
-            batch = problems[start:start + options.problems_per_batch]
-            todo = [p for p in batch if p.row not in output.done]
-            if not todo:
+        for _, batch in batches(problems, options.problems_per_batch):
+            if all(p.row in output.done for p in batch):
                 continue
             seed = derive_seed(options.seed, "batch", batch[0].row)  # the batch's place, not what ran before
-            rows = _search_batch(generator, scorer, todo, options, seed, identity)
-            _grade(rows, todo, checker)
-            output.append(rows)
-            searched += len(todo)
+            rows = _search_batch(generator, scorer, batch, options, seed, identity)
             tokens += sum(_row_tokens(row) for row in rows)
+            fresh = [(row, p) for row, p in zip(rows, batch) if p.row not in output.done]
+            _grade([row for row, _ in fresh], [p for _, p in fresh], checker)
+            output.append([row for row, _ in fresh])
+            searched += len(fresh)
             if progress:
                 progress(resumed + searched, len(problems))
     finally:
