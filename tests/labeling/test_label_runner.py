@@ -9,6 +9,7 @@ import math
 import pytest
 from fake_policy import MARK, FakePolicy
 
+from prmkit.data.problems import derive_seed
 from prmkit.data.records import validate_records
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
@@ -16,7 +17,6 @@ from prmkit.files import write_jsonl
 from prmkit.generation.base import Sample
 from prmkit.generation.options import GenerationOptions
 from prmkit.labeling import LabelOptions, label_file
-from prmkit.labeling.options import derive_seed
 
 K = 4
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from prmkit.data.problems import derive_seed
 from prmkit.errors import PRMError
-from prmkit.search.options import SearchOptions, derive_seed, parse_budgets
+from prmkit.search.options import SearchOptions, parse_budgets
 
 
 def test_bad_settings_are_reported_together():

@@ -8,14 +8,16 @@ on). Accepted inputs: bool, 0/1, floats in [0, 1] (soft labels) and -1/0/+1 (PRM
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Sequence, Union
 
 from prmkit.errors import PRMError
 
 LabelScheme = Literal["auto", "binary", "ternary"]
 NeutralPolicy = Literal["positive", "negative", "ignore"]
 NEUTRAL_VALUES: dict[str, float | None] = {"positive": 1.0, "negative": 0.0, "ignore": None}
+Separator = Union[str, "re.Pattern[str]", None]  # where a solution's text is cut into a record's steps
 # JSON can spell half of a UTF-16 pair ("\ud83d" alone); Python keeps it in the str, and tokenizers reject it.
 UNPAIRED_SURROGATE = ("holds an unpaired UTF-16 surrogate (a JSON escape such as \\ud83d without its partner); "
                       "fix the text encoding of this row")
@@ -160,6 +162,19 @@ def validate_records(rows: list, source: str, *, scheme: LabelScheme = "auto", n
         raise PRMError(format_problems(report, max_reported)
                        + "\nFix these rows, or set data.skip_invalid=true to drop invalid rows and count them.")
     return kept, report
+
+
+def split_steps(text: str, separator: Separator) -> list[str]:
+    """Cut a raw completion into steps: at a literal separator string, or at every match of a compiled regex.
+    Pieces are stripped and empty ones dropped, so "a\\n\\n\\nb\\n\\n" gives ["a", "b"], as training steps were
+    written; no separator (or "") keeps the whole text as one step."""
+    if isinstance(separator, re.Pattern):
+        pieces = separator.split(text)
+    elif separator:
+        pieces = text.split(separator)
+    else:
+        pieces = [text]
+    return [piece.strip() for piece in pieces if piece and piece.strip()]
 
 
 def format_problems(report: ValidationReport, max_reported: int = 20) -> str:

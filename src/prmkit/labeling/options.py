@@ -5,7 +5,6 @@ backend (device, batch size, system prompt, temperature, seed, max_new_tokens) a
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, replace
 
 from prmkit.errors import PRMError
@@ -89,9 +88,3 @@ class LabelOptions:
         values["labels"], values["after_error"] = self.label_kind, self.after_error_kind
         return values
 
-
-def derive_seed(seed: int, *parts) -> int:
-    """A seed of its own for each generate call (solutions or a rollout round of one batch of problems): the same
-    batch gets the same samples whatever ran before it, so a resumed run writes what an unbroken one would."""
-    text = "/".join(str(part) for part in (seed, *parts))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prmkit.data.problems import AppendedJsonl, problem_gold, problem_text, read_problem_rows, short
+from prmkit.data.records import split_steps
 from prmkit.errors import PRMError
 from prmkit.labeling.options import LabelOptions
 
@@ -37,11 +38,6 @@ class Problem:
     gold: str
     steps: tuple[str, ...] | None  # the row's own solution, cut into steps; None when solutions are sampled
     id: object = None  # the row's `id`, passed through when it has one
-
-
-def split_steps(text: str, delimiter: str) -> list[str]:
-    """A solution string's steps: cut at the delimiter, each stripped, empty ones dropped."""
-    return [part.strip() for part in text.split(delimiter) if part.strip()]
 
 
 def read_problems(path: str | Path, options: LabelOptions) -> list[Problem]:

@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Callable
 
 from prmkit.answers import AnswerChecker, CheckCounts, extract_answer, sample_answer
+from prmkit.data.problems import batches, derive_seed
+from prmkit.data.records import split_steps
+from prmkit.display import progress_bar
 from prmkit.generation.base import Generator
 from prmkit.labeling.methods import StepLabels, max_rollouts, plan
-from prmkit.labeling.options import LabelOptions, derive_seed
-from prmkit.labeling.problems import (
-    VOLATILE,
-    Output,
-    Problem,
-    read_problems,
-    split_steps,
-)
+from prmkit.labeling.options import LabelOptions
+from prmkit.labeling.problems import VOLATILE, Output, Problem, read_problems
 
 GENERATION_KEYS = ("backend", "top_p", "generation_batch_size", "system_prompt")  # also decide the samples
 
@@ -107,10 +104,10 @@ def label_file(generator: Generator, input_path: str | Path, output_path: str | 
     per_batch = options.problems_per_batch
     last = output.last_batch(problems, per_batch)
     with AnswerChecker(workers=options.checker_workers, timeout=options.check_timeout) as checker, \
-            _progress(progress, plan_budget.solutions, result) as advance:
-        advance(len(output.done))
-        for number, start in enumerate(range(0, len(problems), per_batch)):
-            batch = problems[start:start + per_batch]
+            progress_bar(progress, "labelling", total=plan_budget.solutions, unit="solutions",
+                         extra="{task.fields[rollouts]:,} rollouts, {task.fields[tokens]:,} tokens",
+                         completed=len(output.done), rollouts=0, tokens=0) as update:
+        for number, batch in batches(problems, per_batch):
             if number < last or _complete(batch, output, options):
                 continue
             units = _solutions(generator, batch, options, number, result)
@@ -119,7 +116,7 @@ def label_file(generator: Generator, input_path: str | Path, output_path: str | 
             output.append(fresh)
             result.solutions += len(fresh)
             result.steps += sum(len(r["completions"]) for r in fresh)
-            advance(len(fresh))
+            update(advance=len(fresh), rollouts=result.rollouts, tokens=result.tokens)
         result.checks = checker.counts
     result.seconds = round(time.perf_counter() - started, 2)
     return result
@@ -231,38 +228,3 @@ def _record(unit: _Unit, answer: str | None, correct: bool, labels: StepLabels, 
         record["label"]["solution_tokens"] = unit.solution_tokens
         record["label"]["solution_finish_reason"] = unit.finish_reason
     return record
-
-
-class _progress:
-    """A rich progress bar on stderr over solutions (or nothing), showing rollouts and tokens so far."""
-
-    def __init__(self, enabled: bool, total: int, result: LabelResult):
-        self.enabled, self.total, self.result = enabled, total, result
-        self.bar = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda solutions: None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(TextColumn("labelling"), BarColumn(), MofNCompleteColumn(), TextColumn("solutions"),
-                            TextColumn("{task.fields[rollouts]:,} rollouts, {task.fields[tokens]:,} tokens"),
-                            TimeRemainingColumn(), console=Console(stderr=True))
-        task = self.bar.add_task("label", total=self.total, rollouts=0, tokens=0)
-        self.bar.start()
-        return lambda solutions: self.bar.update(task, advance=solutions, rollouts=self.result.rollouts,
-                                                 tokens=self.result.tokens)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False
-
-

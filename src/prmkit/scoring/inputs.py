@@ -4,13 +4,12 @@ as text, and the row layouts of `prmkit score`, `prmkit eval` and the server. No
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Sequence, Union
 
+from prmkit.data.records import Separator, split_steps
 from prmkit.errors import PRMError
 
-Separator = Union[str, "re.Pattern[str]", None]
 Candidate = Union[str, Sequence[str]]
 
 MAX_STEPS = 512  # steps of one chain a reward reads; later steps count as cut, as steps past max_length do
@@ -30,19 +29,6 @@ def bound_steps(steps: Sequence[str], max_steps: int = MAX_STEPS,
             keep = i
             break
     return list(steps[:keep]), len(steps) - keep
-
-
-def split_steps(text: str, separator: Separator) -> list[str]:
-    """Cut a raw completion into steps: at a literal separator string, or at every match of a compiled regex.
-    Pieces are stripped and empty ones dropped, so "a\\n\\n\\nb\\n\\n" gives ["a", "b"], as training steps were
-    written; no separator (or "") keeps the whole text as one step."""
-    if isinstance(separator, re.Pattern):
-        pieces = separator.split(text)
-    elif separator:
-        pieces = text.split(separator)
-    else:
-        pieces = [text]
-    return [piece.strip() for piece in pieces if piece and piece.strip()]
 
 
 def prompt_text(value) -> str:

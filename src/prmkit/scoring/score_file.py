@@ -1,21 +1,15 @@
 """`prmkit score`: score every row of a data file into a JSONL file, in bounded memory.
 
-Two row layouts are read:
-  a record     {"prompt", "completions": [step, ...], ...} (labels optional), or "completion": one raw string
-               cut at the run's separator; written back with `step_scores`, `score` (the aggregate) and
-               `truncated` (max_length cut steps: their scores are null);
-  candidates   {"prompt", "candidates": [str | [step, ...], ...], ...} for best-of-N; written back with
-               `step_scores` (one list per candidate), `scores` (aggregates), `truncated` (one flag per candidate)
-               and `best` (the winner's index, by `rank_candidates`: a cut candidate never wins over one the PRM
-               read whole).
-Every other key of a row is kept. Rows are read and written in chunks, so a million-row file never sits in
-memory; the output is written to a temporary file and renamed at the end, so a failed run leaves no half file.
+Two row layouts are read: a record ({"prompt", "completions": [...]}, labels optional, or "completion": one raw
+string) and best-of-N candidates ({"prompt", "candidates": [...]}); each row is written back with its scores, in
+the shape `prmkit serve` answers with (prmkit.scoring.scored_rows). Every other key of a row is kept. Rows are read
+and written in chunks, so a million-row file never sits in memory; the output is written to a temporary file and
+renamed at the end, so a failed run leaves no half file.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
@@ -24,11 +18,13 @@ from pathlib import Path
 from typing import Iterator
 
 from prmkit.data.rows import Row, RowReader
+from prmkit.display import progress_bar
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import aggregate, is_truncated, rank_candidates
+from prmkit.scoring.aggregate import aggregate
 from prmkit.scoring.distributed import Launch, all_ranks_ok, gather_from_ranks
-from prmkit.scoring.inputs import ParsedRow, Separator, parse_row
+from prmkit.scoring.inputs import Separator, parse_row
 from prmkit.scoring.options import ScoreFileOptions
+from prmkit.scoring.scored_rows import attach_scores
 from prmkit.scoring.scorer import PRMScorer
 
 
@@ -40,26 +36,6 @@ class ScoreFileResult:
     seconds: float
     output: str
     ranks: int
-
-
-def attach_scores(row: dict, parsed: ParsedRow, scores: list[list[float | None]], how: str) -> dict:
-    """The input row plus its scores (see the module docstring for the keys)."""
-    out = dict(row)
-    if parsed.kind == "record":
-        if parsed.split_from_text:
-            out["steps"] = parsed.steps[0]
-        out["step_scores"] = scores[0]
-        out["score"] = aggregate(scores[0], how)
-        out["truncated"] = is_truncated(scores[0])
-        return out
-    if parsed.split_from_text:
-        out["candidate_steps"] = parsed.steps
-    ranked = rank_candidates(scores, how)
-    out["step_scores"] = scores
-    out["scores"] = [aggregate(s, how) for s in scores]
-    out["truncated"] = [is_truncated(s) for s in scores]
-    out["best"] = ranked[0].index if ranked[0].score is not None and not math.isnan(ranked[0].score) else None
-    return out
 
 
 def score_rows(scorer: PRMScorer, rows: list[Row], *, how: str = "min", separator: Separator = None,
@@ -113,7 +89,8 @@ def score_file(scorer: PRMScorer, in_path: str | Path, out_path: str | Path,
     started = time.perf_counter()
     try:
         with part.open("w", encoding="utf-8") as handle, \
-                _progress(progress and launch.is_main, reader) as advance:
+                progress_bar(progress and launch.is_main, f"scoring {reader.path.name}",
+                             total=reader.progress_total, extra="{task.fields[rows]} rows", rows=0) as update:
             for index, rows in enumerate(row_chunks(reader, options.chunk_rows)):
                 if limit is not None:
                     rows = rows[:max(limit - rows_read, 0)]
@@ -121,7 +98,7 @@ def score_file(scorer: PRMScorer, in_path: str | Path, out_path: str | Path,
                 if index % launch.world_size == launch.rank:
                     _write_scored(handle, scorer, rows, counts, how=how, separator=separator, source=str(in_path))
                     chunk_sizes.append(len(rows))
-                advance(rows_read)
+                update(completed=reader.progress_done, rows=rows_read)  # bytes for JSONL, rows otherwise
                 if limit is not None and rows_read >= limit:
                     break
     except Exception:
@@ -186,33 +163,6 @@ def _merge_parts(target: Path, parts: list[Path], chunk_sizes: list[list[int]]) 
         merged.unlink(missing_ok=True)
         for part in parts:
             part.unlink(missing_ok=True)
-
-
-class _progress:
-    """A rich progress bar on stderr (or nothing), used as `with _progress(...) as advance: advance(rows)`; it
-    follows the reader's own measure of how far it got (bytes for JSONL, rows otherwise)."""
-
-    def __init__(self, enabled: bool, reader: RowReader):
-        self.enabled, self.reader = enabled, reader
-        self.bar = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda rows: None
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("scoring {task.description}"), BarColumn(), TaskProgressColumn(),
-                            TextColumn("{task.fields[rows]} rows"), TimeRemainingColumn(),
-                            console=Console(stderr=True))
-        task = self.bar.add_task(self.reader.path.name, total=self.reader.progress_total, rows=0)
-        self.bar.start()
-        return lambda rows: self.bar.update(task, completed=self.reader.progress_done, rows=rows)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False
 
 
 def _regex(pattern: str) -> re.Pattern:

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from prmkit.data.problems import derive_seed
 from prmkit.generation.base import Generator
-from prmkit.search.options import TREE_METHODS, SearchOptions, derive_seed
+from prmkit.search.options import TREE_METHODS, SearchOptions
 from prmkit.search.select import CHOOSERS, Solution, from_text
 from prmkit.search.tree import beam_search, dvts
 

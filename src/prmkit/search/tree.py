@@ -26,9 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from prmkit.data.problems import derive_seed
 from prmkit.generation.base import Generator
 from prmkit.scoring.inputs import split_steps
-from prmkit.search.options import SearchOptions, derive_seed
+from prmkit.search.options import SearchOptions
 from prmkit.search.select import Solution, commits_to_answer, ranking
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from prmkit.errors import PRMError
 from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, chain_reward, is_truncated
 from prmkit.scoring.inputs import ParsedRow, bound_steps, completion_text, prompt_text, split_steps
-from prmkit.scoring.score_file import attach_scores
+from prmkit.scoring.scored_rows import attach_scores
 from prmkit.serving.batcher import Chain
 from prmkit.serving.options import ServeOptions
 
