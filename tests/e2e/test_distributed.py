@@ -1,4 +1,5 @@
-"""DDP on CPU: two gloo processes under torchrun train like one process with the same global batch."""
+"""Launches of several processes on CPU (gloo) under torchrun: DDP trains like one process with the same global
+batch, `prmkit score` shards rows and each process picks its own GPU."""
 
 import json
 import subprocess
@@ -9,7 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from prmkit.data.synthetic import generate_records
+from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
+from prmkit.scoring.distributed import Launch, launch_from_env, rank_device
 
 
 def write_config(tmp_path, model_dir):
@@ -93,3 +96,19 @@ def test_a_bad_row_on_one_rank_stops_every_rank_and_writes_nothing(tmp_path, tin
     assert ddp.returncode != 0
     assert "in.jsonl: row 4: no 'prompt'" in ddp.stderr and "rank(s) 1 stopped" in ddp.stderr
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_each_scoring_process_takes_the_gpu_of_its_local_rank(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # second machine, second process
+    launch = launch_from_env()
+    assert rank_device("cuda", launch, cuda_available=True) == "cuda:1"  # not the current GPU, 0 in every process
+    assert rank_device(None, launch, cuda_available=True) == "cuda:1"
+    assert rank_device(None, launch, cuda_available=False) is None
+    assert rank_device("cpu", launch, cuda_available=True) == "cpu"
+    with pytest.raises(PRMError, match="'cuda:0' puts all 4 processes of this launch on one GPU; give --device cuda"):
+        rank_device("cuda:0", launch, cuda_available=True)
+    # one process keeps what was asked
+    assert rank_device("cuda:0", Launch(), cuda_available=True) == "cuda:0"
+    assert rank_device("cuda", Launch(), cuda_available=True) == "cuda"

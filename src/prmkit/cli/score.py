@@ -58,8 +58,9 @@ def register(commands) -> None:
 
 
 def cmd_score(args) -> int:
-    from prmkit.device import rank_device
-    from prmkit.scoring.distributed import join_process_group, launch_from_env, leave_process_group
+    import torch
+
+    from prmkit.scoring.distributed import join_process_group, launch_from_env, leave_process_group, rank_device
     from prmkit.scoring.score_file import score_file
     from prmkit.scoring.scorer import PRMScorer
 
@@ -68,8 +69,7 @@ def cmd_score(args) -> int:
     scoring = scoring_options(args)
     quiet_transformers()
     launch = launch_from_env()  # under torchrun: this rank scores every world_size-th chunk of rows
-    if scoring.device is None:
-        scoring = scoring.replace(device=rank_device(launch.local_rank, launch.world_size))
+    scoring = scoring.replace(device=rank_device(scoring.device, launch, torch.cuda.is_available()))
     scorer = PRMScorer.from_options(args.run, scoring)
     join_process_group(launch, scorer.device)
     try:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from prmkit.errors import PRMError
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -36,6 +38,25 @@ def launch_from_env() -> Launch:
         return Launch()
     return Launch(rank=int(os.environ.get("RANK", "0")), world_size=world_size,
                   local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def rank_device(requested: str | None, launch: Launch, cuda_available: bool) -> str | None:
+    """The device this process scores on. Under a multi-process launch with GPUs each process takes the GPU of its
+    LOCAL_RANK, whether the device was left unset or given as a bare "cuda": "cuda" alone means the current GPU,
+    which is GPU 0 in every process, so all of them would share one GPU and leave the others idle. One process, or
+    another device type, keeps what was asked (None: the usual choice)."""
+    if not launch.distributed:
+        return requested
+    if requested is None:
+        return f"cuda:{launch.local_rank}" if cuda_available else None
+    kind, _, index = requested.partition(":")
+    if kind != "cuda":
+        return requested
+    if index:
+        raise PRMError(f"device={requested!r} puts all {launch.world_size} processes of this launch on one GPU; "
+                       f"give --device cuda and each process takes the GPU of its LOCAL_RANK (set "
+                       f"CUDA_VISIBLE_DEVICES to choose which GPUs)")
+    return f"cuda:{launch.local_rank}"
 
 
 def join_process_group(launch: Launch, device: torch.device) -> None:
