@@ -5,14 +5,16 @@ backend on SmolLM2-135M-Instruct."""
 from __future__ import annotations
 
 import importlib.util
-from types import SimpleNamespace
+import sys
+from types import ModuleType, SimpleNamespace
 
 import pytest
+import torch
 from vllm_helpers import CPU_MEMORY_SHARE, build_vllm_sized_llama, needs_vllm, run_in_vllm
 
 from prmkit.errors import PRMError
 from prmkit.generation import GenerationOptions, Sample, load_generator
-from prmkit.generation.vllm_backend import VLLMGenerator, request_seed
+from prmkit.generation.vllm_backend import VLLMGenerator, engine_dtype, request_seed, samples_from_outputs
 
 PROMPTS = ["Tom has 3 apples.", "What is the total cost?", "Step 1: 7 - 2 = 5."]
 STOPS = list("0123456789 .=+-*/?")  # a random model emits one of these within a few tokens
@@ -37,6 +39,46 @@ def test_samples_are_cut_at_the_earliest_stop_and_told_apart_from_eos_and_length
     assert VLLMGenerator._sample(completion("So 7.", 4, "stop"), stop).finish_reason == "eos"
     assert VLLMGenerator._sample(completion("So 7 and", 12, "length"), stop) == Sample(
         text="So 7 and", tokens=12, finish_reason="length", stop=None)
+
+
+def test_a_greedy_sample_repeated_n_times_counts_its_tokens_once():
+    # vLLM draws a greedy request once; the n - 1 repeats generated nothing
+    greedy = SimpleNamespace(outputs=[completion("So 7.", 5, "stop")])
+    sampled = SimpleNamespace(outputs=[completion("b", 3, "length", index=1), completion("a", 2, "length")])
+    repeated, drawn = samples_from_outputs([greedy, sampled], n=3, stop=())[0], \
+        samples_from_outputs([sampled], n=2, stop=())[0]
+    assert [s.text for s in repeated] == ["So 7."] * 3 and {s.finish_reason for s in repeated} == {"eos"}
+    assert [s.tokens for s in repeated] == [5, 0, 0]
+    assert [(s.text, s.tokens) for s in drawn] == [("a", 2), ("b", 3)]  # in vLLM's index order, each counted
+
+
+def test_auto_dtype_follows_what_the_platform_supports():
+    assert engine_dtype("auto", "cuda", [torch.bfloat16, torch.float16, torch.float32]) == torch.bfloat16
+    assert engine_dtype(None, "cuda", [torch.float16, torch.float32]) == torch.float16  # e.g. a V100
+    assert engine_dtype("auto", "cpu", ()) == torch.float32
+    assert engine_dtype("fp16", "cuda", [torch.bfloat16]) == torch.float16  # a named dtype is kept
+    with pytest.raises(PRMError, match="dtype='half8' is not known"):
+        engine_dtype("half8", "cuda", ())
+
+
+def test_building_the_generator_creates_no_cuda_context_before_vllm_starts(tiny_llama, monkeypatch):
+    """vLLM forks its engine process only from a parent without a CUDA context; the generator must not make one
+    (e.g. by asking torch.cuda whether bf16 is supported) before `LLM` is built."""
+    built = {}
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("torch.cuda was asked before vLLM started")
+
+    for name in ("is_bf16_supported", "init", "_lazy_init", "get_device_capability", "get_device_properties"):
+        monkeypatch.setattr(torch.cuda, name, no_cuda)
+    vllm = ModuleType("vllm")
+    vllm.LLM = lambda **kwargs: built.update(kwargs)
+    platforms = ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(device_type="cuda", supported_dtypes=[torch.float16, torch.float32])
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm", gpu_memory_utilization=0.5))
+    assert built["dtype"] == torch.float16 and built["gpu_memory_utilization"] == 0.5
 
 
 def test_request_seeds_depend_on_the_call_seed_and_the_prompt_place_only():
@@ -118,7 +160,9 @@ def test_stop_strings_cut_the_sample_before_the_stop(vllm_answers):
 
 @needs_vllm
 def test_greedy_gives_n_equal_samples(vllm_answers):
-    assert len({s.text for s in vllm_answers[0][5][0]}) == 1
+    greedy = vllm_answers[0][5][0]
+    assert len({s.text for s in greedy}) == 1
+    assert greedy[0].tokens >= 1 and [s.tokens for s in greedy[1:]] == [0, 0]  # drawn once, counted once
 
 
 @needs_vllm
@@ -137,3 +181,4 @@ def test_greedy_output_agrees_with_the_transformers_backend(vllm_answers):
         want_ids = encode(want[0].text, add_special_tokens=False)["input_ids"]
         assert got_ids[:8] == want_ids[:8], (got[0].text, want[0].text)
         assert got[0].tokens == want[0].tokens and got[0].finish_reason == want[0].finish_reason
+

@@ -86,9 +86,11 @@ def cmd_search(args) -> int:
     from prmkit.search.run import run_search
 
     console = display.console()
-    scorer = PRMScorer.from_options(args.run, scoring_options(args))
+    # The policy before the PRM: vLLM starts its engine process by fork only while this process holds no CUDA
+    # context, and a PRM loaded on the GPU first would create one.
     generator = load_generator(args.policy, generation)
     try:
+        scorer = PRMScorer.from_options(args.run, scoring_options(args))
         with _Progress(sys.stderr.isatty()) as progress:
             summary = run_search(scorer, generator, args.data, args.out, options,
                                  prm=str(Path(args.run).resolve()), progress=progress)

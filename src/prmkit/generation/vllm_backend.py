@@ -6,12 +6,19 @@ Prompts are tokenized here, with the same tokenizer and rule as the transformers
 token ids, so both backends read identical inputs. Each prompt is one vLLM request with its own seed (derived from
 the call's seed and the prompt's place), so its samples do not depend on what else is in the batch. vLLM keeps the
 stop string in the text it returns and `cut_at_stop` cuts it, exactly as the transformers backend does.
+
+This process never touches CUDA before vLLM has started: vLLM starts its engine process by fork only while the
+parent has no CUDA context (with one it must spawn instead, which re-imports the caller's main module and fails in
+a script without an `if __name__ == "__main__":` guard), and a context held here costs GPU memory for nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Sequence
+
+import torch
 
 from prmkit.backbones import resolve_base
 from prmkit.device import resolve_dtype
@@ -22,6 +29,30 @@ from prmkit.generation.options import GenerationOptions
 
 def request_seed(seed: int, prompt_index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/prompt/{prompt_index}".encode()).digest()[:8], "big") % (2**63)
+
+
+def engine_dtype(dtype: str | None, platform: str, supported: Sequence[torch.dtype]) -> torch.dtype:
+    """The weights' dtype for vLLM, by the rule of `prmkit.device.resolve_dtype` (auto: fp32 on CPU, bf16 where the
+    GPU supports it, fp16 otherwise), but asking vLLM's platform what it supports (`supported`, from NVML on
+    NVIDIA GPUs) instead of torch.cuda, which would create a CUDA context in this process."""
+    if dtype not in (None, "auto"):
+        return resolve_dtype(dtype, torch.device("cpu"))  # a named dtype needs no device
+    if platform == "cpu":
+        return torch.float32
+    return torch.bfloat16 if torch.bfloat16 in supported else torch.float16
+
+
+def samples_from_outputs(outputs, n: int, stop: tuple[str, ...]) -> list[list[Sample]]:
+    """vLLM's request outputs as `n` Samples per prompt. A greedy request was drawn once (see `generate`): its
+    sample is repeated, and the repeats say 0 tokens, since nothing was generated for them; a prompt's samples then
+    add up to the tokens vLLM really generated."""
+    results = []
+    for out in outputs:
+        samples = [VLLMGenerator._sample(c, stop) for c in sorted(out.outputs, key=lambda c: c.index)]
+        if len(samples) == 1 and n > 1:
+            samples += [replace(samples[0], tokens=0)] * (n - 1)
+        results.append(samples)
+    return results
 
 
 class VLLMGenerator:
@@ -45,9 +76,8 @@ class VLLMGenerator:
         if self.options.device is not None and self.options.device != platform:
             raise PRMError(f"device={self.options.device!r}, but this vLLM build runs on {platform!r}; leave device "
                            f"unset or set it to {platform!r} (or use backend=transformers)")
-        import torch
-
-        dtype = resolve_dtype(self.options.dtype, torch.device(platform))
+        dtype = engine_dtype(self.options.dtype, platform,
+                             () if platform == "cpu" else current_platform.supported_dtypes)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         # A chat template writes its own special tokens; a bare tokenizer adds its BOS the usual way.
         self.add_special_tokens = not getattr(self.tokenizer, "chat_template", None)
@@ -82,12 +112,7 @@ class VLLMGenerator:
                   for index in range(len(prompts))]
         inputs = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=self.add_special_tokens)["input_ids"]}
                   for p in prompts]
-        outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        results = []
-        for out in outputs:
-            samples = [self._sample(c, stop) for c in sorted(out.outputs, key=lambda c: c.index)]
-            results.append(samples if draws == n else samples * n)
-        return results
+        return samples_from_outputs(self.llm.generate(inputs, params, use_tqdm=False), n, stop)
 
     @staticmethod
     def _sample(completion, stop: tuple[str, ...]) -> Sample:
