@@ -182,3 +182,18 @@ def test_greedy_output_agrees_with_the_transformers_backend(vllm_answers):
         assert got_ids[:8] == want_ids[:8], (got[0].text, want[0].text)
         assert got[0].tokens == want[0].tokens and got[0].finish_reason == want[0].finish_reason
 
+
+def test_search_leaves_the_prm_half_the_gpu_unless_told_otherwise():
+    """vLLM's 0.9 would leave the PRM, on the same GPU, a tenth of it; `prmkit search` asks for half, as
+    search-and-learn does, and the flag still decides."""
+    from prmkit.cli import build_parser
+    from prmkit.cli.common import generation_options
+
+    def memory(*flags):
+        args = build_parser().parse_args(["search", "run", "data.jsonl", "out.jsonl", "--policy", "m", *flags])
+        return generation_options(args).gpu_memory_utilization
+
+    assert memory() == 0.5
+    assert memory("--gpu-memory-utilization", "0.7") == 0.7
+    label = build_parser().parse_args(["label", "data.jsonl", "out.jsonl", "--policy", "m"])
+    assert label.gpu_memory_utilization == GenerationOptions().gpu_memory_utilization  # vLLM alone on its GPU

@@ -17,7 +17,13 @@ from prmkit.cli.common import (
 )
 from prmkit.errors import PRMError
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
-from prmkit.search.options import METHODS, SearchOptions, parse_budgets, parse_methods
+from prmkit.search.options import (
+    METHODS,
+    POLICY_GPU_MEMORY_UTILIZATION,
+    SearchOptions,
+    parse_budgets,
+    parse_methods,
+)
 
 SEARCH = SearchOptions()
 
@@ -58,6 +64,7 @@ def register(commands) -> None:
     search.add_argument("--limit", type=int, default=SEARCH.limit, help="search only the first N problems")
     search.add_argument("--overwrite", action="store_true", help="start OUT afresh instead of continuing it")
     add_generation_flags(search, device_flags=False)  # --device and --dtype: the scoring flags, for both
+    search.set_defaults(gpu_memory_utilization=POLICY_GPU_MEMORY_UTILIZATION)  # the PRM needs the rest of the GPU
     add_scoring_flags(search)
     search.set_defaults(func=cmd_search)
 

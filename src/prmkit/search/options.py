@@ -13,6 +13,10 @@ from prmkit.generation.options import GenerationOptions
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
 
 GENERATION = GenerationOptions()
+# vLLM claims this share of the GPU's memory when it starts (the policy's weights, then as much KV cache as fits) and
+# never gives it back; the PRM shares that GPU and needs the rest for its weights and scoring batches. vLLM's own
+# default, 0.9, leaves the PRM a tenth of the GPU; search-and-learn gives vLLM half for the same pairing.
+POLICY_GPU_MEMORY_UTILIZATION = 0.5
 # greedy: one sample at temperature 0; majority: vote over canonical answers; best-of-n: the best PRM score;
 # weighted-best-of-n: answers weighted by the sum of their PRM scores; beam / dvts: PRM-guided step search.
 METHODS = ("greedy", "majority", "best-of-n", "weighted-best-of-n", "beam", "dvts")
