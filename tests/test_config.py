@@ -70,3 +70,17 @@ def test_override_values_are_data_not_code():
     assert tree["a"]["b"] is True
     assert isinstance(tree["model"]["base"], str)  # unsafe YAML tags are never constructed
     assert problems == []
+
+
+def test_head_lr_under_fsdp_with_flat_parameters_is_refused():
+    flat = ["distributed.fsdp=full_shard auto_wrap", "distributed.fsdp_config={version: 1, use_orig_params: false}"]
+    with pytest.raises(PRMError, match=r"training.head_lr=0.001 cannot be honoured under FSDP version 1 with "
+                                       r"use_orig_params false: .* set distributed.fsdp_config.use_orig_params=true"):
+        load_config(None, [*flat, "training.head_lr=1e-3"])
+    with pytest.raises(PRMError, match="head_lr"):  # transformers' fsdp_ spelling of the same keys
+        load_config(None, ["distributed.fsdp=full_shard", "training.head_lr=1e-3",
+                           "distributed.fsdp_config={fsdp_version: '1', fsdp_use_orig_params: 'false'}"])
+    load_config(None, flat)  # without head_lr: nothing to honour
+    load_config(None, ["distributed.fsdp=full_shard", "distributed.fsdp_config={version: 1}", "training.head_lr=1e-3"])
+    load_config(None, ["distributed.fsdp=full_shard", "distributed.fsdp_config={use_orig_params: false}",
+                       "training.head_lr=1e-3"])  # FSDP version 2 (the default) keeps every weight apart

@@ -105,6 +105,15 @@ class DistributedConfig(Section):
     deepspeed: str | dict[str, Any] | None = Field(None, description="DeepSpeed JSON file or inline dict")
     ddp_find_unused_parameters: bool | None = None
 
+    @property
+    def fsdp_flattens_parameters(self) -> bool:
+        """FSDP version 1 without use_orig_params holds each wrapped module's weights as one flat tensor, so the
+        optimizer sees no single weight (read as transformers reads fsdp_config: an `fsdp_` prefix is dropped,
+        version 2 and use_orig_params true by default)."""
+        settings = {key.removeprefix("fsdp_"): value for key, value in self.fsdp_config.items()}
+        return bool(self.fsdp) and str(settings.get("version", 2)) == "1" \
+            and str(settings.get("use_orig_params", True)).lower() == "false"
+
 
 class Config(Section):
     output_dir: str = "runs"
@@ -128,6 +137,11 @@ class Config(Section):
             problems.append("training.epochs and training.max_steps are both set; set one of them")
         if self.training.warmup_ratio and self.training.warmup_steps:
             problems.append("training.warmup_ratio and training.warmup_steps are both set; set one of them")
+        if self.training.head_lr is not None and self.distributed.fsdp_flattens_parameters:
+            problems.append(f"training.head_lr={self.training.head_lr} cannot be honoured under FSDP version 1 "
+                            "with use_orig_params false: the head's weights are flattened into one tensor with "
+                            "other weights, which has one learning rate; set distributed.fsdp_config.use_orig_params="
+                            "true, or version 2 (the default), or remove training.head_lr")
         changed = {k for k, v in self.lora.model_dump().items() if v != LoraSettings().model_dump()[k]}
         if self.model.finetune == "full" and changed:
             keys = ", ".join(f"lora.{k}" for k in sorted(changed))

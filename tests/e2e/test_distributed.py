@@ -1,5 +1,6 @@
 """Launches of several processes on CPU (gloo) under torchrun: DDP trains like one process with the same global
-batch, `prmkit score` shards rows and each process picks its own GPU."""
+batch, FSDP is refused where the engine would not shard, `prmkit score` shards rows and each process picks its
+own GPU."""
 
 import json
 import subprocess
@@ -51,6 +52,21 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path
     single_summary = json.loads((tmp_path / "runs" / "single" / "summary.json").read_text())
     assert ddp_summary["trained_tokens"] == single_summary["trained_tokens"]
     assert ddp.stdout.count("tokens/s (real tokens)") == 1
+
+
+def test_fsdp_asked_on_cpu_processes_is_refused_before_anything_is_written(tmp_path, tiny_llama):
+    """accelerate shards with FSDP only across GPUs: on CPU processes it would wrap the model in DDP and train to
+    the end with training_args.bin saying fsdp. The run stops instead, before its folder exists."""
+    cfg = write_config(tmp_path, tiny_llama)
+    fsdp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "prmkit",
+                           "train", str(cfg), "run_name=fsdp", "training.batch_size=4",
+                           "distributed.fsdp=full_shard auto_wrap",
+                           "distributed.fsdp_config={transformer_layer_cls_to_wrap: [LlamaDecoderLayer]}"],
+                          capture_output=True, text=True, timeout=600)
+    assert fsdp.returncode != 0
+    assert ("distributed.fsdp='full_shard auto_wrap' asks for FSDP (weights sharded across the processes), but the "
+            "engine gives this launch (MULTI_CPU) DDP") in fsdp.stderr, fsdp.stderr[-3000:]
+    assert not (tmp_path / "runs" / "fsdp").exists()
 
 
 def torchrun_score(*args):

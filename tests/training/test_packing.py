@@ -91,3 +91,34 @@ def test_packed_training_follows_padded_training(tiny_llama, tmp_path):
     assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-4)
     assert runs[True][1].trained_tokens == runs[False][1].trained_tokens
     assert runs[True][1].padding_share < runs[False][1].padding_share
+
+
+def half_only_attention(module, query, key, value, attention_mask, **kwargs):
+    """flash-attention's contract on CPU: fp32 inputs are cast to the autocast dtype when autocast is on, and to the
+    weights' dtype otherwise (transformers' own rule), and the kernel refuses anything but bf16/fp16."""
+    from transformers.integrations.flash_attention import get_target_dtype
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    dtype = get_target_dtype(query, module) or query.dtype
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+    query, key, value = (t.to(dtype) for t in (query, key, value))
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@pytest.mark.parametrize("head_init, packing", [("probe", False), ("random", True)])
+def test_probe_and_packing_check_run_in_the_precision_training_runs_in(head_init, packing, tiny_llama, tmp_path):
+    """The probe's forward and the packing check run before the engine's autocast starts; with fp32 weights and an
+    attention that reads bf16/fp16 only (flash-attention) they must take the run's autocast too."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register("half_only", half_only_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register("half_only", sdpa_mask)
+    write_jsonl(generate_records(16, seed=6), tmp_path / "train.jsonl")
+    summary = train(load_config(None, [
+        f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}", "data.max_length=256",
+        f"output_dir={tmp_path}", "run_name=half", "precision=bf16", "model.attn_implementation=half_only",
+        f"training.head_init={head_init}", "training.head_init_rows=8", f"training.packing={packing}",
+        "training.max_steps=1", "training.batch_size=4"]))
+    assert summary.optimizer_steps == 1

@@ -24,6 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rota
 from prmkit.errors import PRMError
 from prmkit.files import PARTIAL_PREFIX
 from prmkit.model import METADATA_FILE
+from prmkit.training.engine import check_weights_saved
 
 STAGING_PREFIX = PARTIAL_PREFIX  # one prefix for folders and files, so one sweep at start removes both
 REPLACED_PREFIX = STAGING_PREFIX + "replaced-"  # a published folder moved aside while its new version goes in
@@ -98,6 +99,7 @@ def save_final_model(trainer, run_dir: Path, tokenizer, metadata) -> None:
     try:
         trainer.save_model(str(staging))
         if trainer.is_world_process_zero():
+            check_weights_saved(staging)  # prmkit.json is never published beside weights that do not load
             tokenizer.save_pretrained(str(staging))
             metadata.save(staging)
             publish_files(staging, run_dir, last=METADATA_FILE)

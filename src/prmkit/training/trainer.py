@@ -16,9 +16,9 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from prmkit.backbones import resolve_base
-from prmkit.config import Config, config_to_yaml
+from prmkit.config import Config, DistributedConfig, config_to_yaml
 from prmkit.data.io import load_records
-from prmkit.device import resolve_precision
+from prmkit.device import Precision, resolve_precision
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import step_metrics
 from prmkit.files import write_json_atomic, write_text_atomic
@@ -37,6 +37,14 @@ from prmkit.model import (
 )
 from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
+from prmkit.training.engine import (
+    check_attention_precision,
+    check_deepspeed_saves_weights,
+    check_weights_saved,
+    check_wrapping,
+    forward_autocast,
+    uses_flash_attention,
+)
 from prmkit.training.head_init import init_head_from_probe, set_head
 from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
 from prmkit.training.run_folder import (
@@ -64,15 +72,24 @@ class ChainDataset(torch.utils.data.Dataset):
 
 class PRMTrainer(AtomicCheckpoints, Trainer):
     """Writes each checkpoint atomically with prmkit.json inside, so every `checkpoint-N` scores on its own; counts
-    the real (non-padding) tokens it trains on, for an honest tokens/s."""
+    the real (non-padding) tokens it trains on, for an honest tokens/s; refuses to train a model the engine did not
+    wrap as `distributed` asks."""
 
     trained_tokens = 0
     padded_tokens = 0
 
-    def __init__(self, *args, metadata: PRMMetadata, head_lr: float | None = None, **kwargs):
+    def __init__(self, *args, metadata: PRMMetadata, head_lr: float | None = None,
+                 distributed: DistributedConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.metadata = metadata
         self.head_lr = head_lr
+        self.distributed = distributed or DistributedConfig()
+
+    def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
+        """The engine wraps the model here (DDP, FSDP, DeepSpeed); what it made is checked before the first step."""
+        model, train_dataloader = super()._prepare_for_training(max_steps, train_dataloader, resume_from_checkpoint)
+        check_wrapping(self.distributed, distributed_type(self.args), wrapped=model)
+        return model, train_dataloader
 
     def create_optimizer(self, model=None):
         """The engine's optimizer, with the head's parameters in groups of their own at `training.head_lr`. Adam
@@ -82,16 +99,24 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
         if self.head_lr is not None:
             head = head_name(self.model)  # a peft model answers for the model it wraps
             head_ids = {id(p) for n, p in self.model.named_parameters() if head in n.split(".")}
+            moved_any = False
             for group in list(optimizer.param_groups):
                 moved = [p for p in group["params"] if id(p) in head_ids]
                 if moved:
+                    moved_any = True
                     group["params"] = [p for p in group["params"] if id(p) not in head_ids]
                     optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"},
                                                "params": moved, "lr": self.head_lr})
             optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
+            if not moved_any:
+                raise PRMError(f"training.head_lr={self.head_lr}: no weight of the head '{head}' is among the "
+                               "optimizer's parameters, so it cannot have a learning rate of its own (an engine "
+                               "that flattens weights, as FSDP version 1 without use_orig_params does, hides it); "
+                               "remove training.head_lr or let the engine keep the weights apart")
         return optimizer
 
     def write_extras(self, folder: Path) -> None:
+        check_weights_saved(folder)  # prmkit.json marks a folder as scorable: never beside weights that do not load
         self.metadata.save(folder)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -147,9 +172,16 @@ def keep_head_output(logits, labels):
     return logits.squeeze(-1)
 
 
-def training_arguments(config: Config, run_dir: Path, has_eval: bool) -> TrainingArguments:
+def distributed_type(args: TrainingArguments) -> str:
+    """accelerate's name for the launch (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP, ...)."""
+    kind = args.distributed_state.distributed_type
+    return getattr(kind, "value", str(kind))
+
+
+def training_arguments(config: Config, run_dir: Path, has_eval: bool,
+                       precision: Precision | None = None) -> TrainingArguments:
     t, d = config.training, config.distributed
-    precision = resolve_precision(config.precision)
+    precision = precision or resolve_precision(config.precision)
     warmup = t.warmup_ratio if t.warmup_ratio else t.warmup_steps
     return TrainingArguments(
         output_dir=str(run_dir), run_name=config.run_name,
@@ -216,10 +248,14 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     train_records, val_records, reports = load_splits(config)
     base_path = resolve_base(config.model.base, config.model.gguf_file)
     check_context_length(config, base_path)
-    args = training_arguments(config, config.run_dir, has_eval=bool(val_records))
+    precision = resolve_precision(config.precision)
+    check_attention_precision(config.model.attn_implementation, precision)
+    check_deepspeed_saves_weights(config)
+    args = training_arguments(config, config.run_dir, has_eval=bool(val_records), precision=precision)
     # Asking the engine's arguments for their device joins the process group under a launcher; the run folder is
     # then prepared by the main process while the others wait.
     device = args.device
+    check_wrapping(config.distributed, distributed_type(args))  # FSDP where accelerate would not shard
     run_dir = prepare_run_dir(config, overwrite=overwrite)
     resume_from = checkpoint_to_resume(config.training.resume, run_dir)
     resumed_with = resume_changes(config, resume_from) if resume_from else {}
@@ -249,8 +285,9 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
             set_head(model, fitted_head["weight"], fitted_head["bias"])
             fitted = fitted_head
         else:
-            fitted = init_head_from_probe(model.to(device), train_chains, tokenizer.pad_token_id,
-                                          config.loss.type, config.training.head_init_rows)
+            with forward_autocast(precision):
+                fitted = init_head_from_probe(model.to(device), train_chains, tokenizer.pad_token_id,
+                                              config.loss.type, config.training.head_init_rows)
         if is_main_process():
             print(f"prmkit: head fitted as a linear probe on {fitted['steps']} labelled steps of {fitted['chains']} "
                   "training chains", flush=True)
@@ -260,7 +297,10 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
                            target_modules=config.lora.target_modules, new_token_ids=new_ids,
                            top_layers=config.lora.top_layers)
     if config.training.packing:
-        check_packing_supported(model, train_chains, tokenizer.pad_token_id)
+        if uses_flash_attention(config.model.attn_implementation):
+            model.to(device)  # flash-attention runs on a GPU only; elsewhere the check runs where the model is
+        with forward_autocast(precision):
+            check_packing_supported(model, train_chains, tokenizer.pad_token_id)
     trainable, total = parameter_counts(model)
     check_free_space(run_dir, saved_params=total if config.model.finetune == "full" else trainable,
                      trainable_params=trainable, checkpoints_kept=config.training.save_total_limit)
@@ -274,7 +314,8 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
         compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
-        metadata=metadata, head_lr=config.training.head_lr, callbacks=[FinalStepFlow()],
+        metadata=metadata, head_lr=config.training.head_lr, distributed=config.distributed,
+        callbacks=[FinalStepFlow()],
     )
     # config.yaml stays the config the run started with: every resume is checked against it, and summary.json lists
     # what a resume changed (resume_changes)
