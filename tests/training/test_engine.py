@@ -17,6 +17,7 @@ from prmkit.training.engine import (
     check_weights_saved,
     check_wrapping,
     forward_autocast,
+    wrapping,
 )
 
 GPU_BF16 = Precision("cuda", bf16=True, fp16=False)
@@ -88,6 +89,21 @@ def test_fsdp_is_refused_where_accelerate_would_not_shard():
     with pytest.raises(PRMError, match=r"\(NO\) no wrapper"):
         check_wrapping(fsdp, "NO")
     check_wrapping(DistributedConfig(), "MULTI_CPU")  # nothing asked: DDP is what was asked
+
+
+class DeepSpeedEngine(torch.nn.Module):
+    """Stands in for deepspeed's engine class, which is recognised by name: deepspeed is not installed here."""
+
+
+class PipelineEngine(DeepSpeedEngine):
+    pass
+
+
+def test_wrappers_are_told_apart_without_importing_deepspeed():
+    assert wrapping(DeepSpeedEngine()) == wrapping(PipelineEngine()) == "deepspeed"
+    assert wrapping(torch.nn.Linear(2, 2)) == "none"
+    check_wrapping(DistributedConfig(deepspeed={"zero_optimization": {"stage": 2}}), "DEEPSPEED",
+                   wrapped=PipelineEngine())
 
 
 def test_a_model_the_engine_left_unwrapped_is_refused():

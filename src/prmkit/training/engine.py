@@ -103,7 +103,8 @@ def wrapping(model) -> str:
 
         if isinstance(model, (FSDPModule, FullyShardedDataParallel)):
             return "fsdp"
-    if type(model).__name__ == "DeepSpeedEngine":  # by name: deepspeed is not installed everywhere
+    # by name (deepspeed is not installed everywhere), subclasses such as its PipelineEngine included
+    if any(cls.__name__ == "DeepSpeedEngine" for cls in type(model).__mro__):
         return "deepspeed"
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return "ddp"
