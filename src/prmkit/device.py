@@ -91,10 +91,3 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     if dtype not in DTYPES:
         raise PRMError(f"dtype={dtype!r} is not known; use auto, fp32, bf16 or fp16")
     return DTYPES[dtype]
-
-
-def rank_device(local_rank: int, world_size: int) -> str | None:
-    """Each process of a multi-GPU launch takes its own GPU; otherwise None, the usual choice (cuda > mps > cpu)."""
-    if world_size > 1 and torch.cuda.is_available():
-        return f"cuda:{local_rank}"
-    return None
