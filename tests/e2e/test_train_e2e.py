@@ -13,6 +13,7 @@ from prmkit.data.synthetic import generate_records
 from prmkit.files import write_jsonl
 from prmkit.scoring.export import export_merged
 from prmkit.scoring.scorer import PRMScorer
+from prmkit.tokenize import tokenize_chain
 from prmkit.training.trainer import train
 
 
@@ -64,11 +65,27 @@ def test_existing_run_folder_is_not_overwritten(lora_run, tiny_llama, data):
         train(make_config(tiny_llama, data, run.parent))
 
 
-def test_intermediate_checkpoint_scores_on_its_own(lora_run):
+def test_intermediate_checkpoint_scores_on_its_own(lora_run, tiny_llama):
     run, _ = lora_run
-    scorer = PRMScorer.from_pretrained(run / "checkpoint-3", device="cpu")
-    scores = scorer.score("What is 2 + 3?", ["2 + 3 = 5.", "The answer is 5."])
-    assert len(scores) == 2 and all(0.0 < s < 1.0 for s in scores)
+    prompt, steps = "What is 2 + 3?", ["2 + 3 = 5.", "The answer is 5."]
+    scores = PRMScorer.from_pretrained(run / "checkpoint-3", device="cpu").score(prompt, steps)
+
+    def by_hand(folder):
+        """The base model with the folder's adapter and head put on by peft itself, read at the step positions."""
+        from peft import PeftModel
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        base = AutoModelForTokenClassification.from_pretrained(tiny_llama, num_labels=1, dtype=torch.float32)
+        base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        model = PeftModel.from_pretrained(base, str(folder)).eval()
+        chain = tokenize_chain(tokenizer, prompt, steps, None, separator="\n\n", max_length=256)
+        with torch.no_grad():
+            head = model(input_ids=torch.tensor([chain.input_ids])).logits[0, :, 0]
+        return torch.sigmoid(head[chain.step_positions]).tolist()
+
+    assert scores == pytest.approx(by_hand(run / "checkpoint-3"), abs=1e-5)
+    # and those weights are checkpoint-3's own, not the end of the run's
+    assert max(abs(a - b) for a, b in zip(scores, by_hand(run / "checkpoint-6"))) > 1e-3
 
 
 def test_resume_continues_to_the_same_weights(lora_run, tiny_llama, data, tmp_path):

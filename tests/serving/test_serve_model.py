@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -36,7 +38,6 @@ def scorer(tiny_run):
 
 @pytest.fixture(scope="module")
 def url(scorer):
-    # max_wait long enough that 32 clients started together land in shared batches even on a busy CPU
     with LiveServer(create_app(scorer, ServeOptions(max_wait_ms=50), model_name="tiny")) as address:
         yield address
 
@@ -139,29 +140,57 @@ def test_health_and_metrics(url, scorer):
             "prmkit_request_seconds", "prmkit_chains"} <= names
 
 
-def batch_histogram(url: str) -> tuple[float, float]:
-    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
-        if family.name == "prmkit_batch_chains":
-            values = {s.name: s.value for s in family.samples}
-            return values["prmkit_batch_chains_sum"], values["prmkit_batch_chains_count"]
-    raise AssertionError("no prmkit_batch_chains in /metrics")
+class HeldFirstCall:
+    """The real scorer, its first model call held until `release` is set: requests that arrive meanwhile queue up
+    behind it, as they do behind a long forward pass under load."""
+
+    def __init__(self, scorer):
+        self.scorer, self.calls = scorer, []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):  # batch_size, metadata, tokenizer, device: the real scorer's
+        return getattr(self.scorer, name)
+
+    def score_many(self, chains):
+        self.calls.append(len(chains))
+        if len(self.calls) == 1:
+            self.entered.set()
+            self.release.wait(timeout=60)
+        return self.scorer.score_many(chains)
 
 
-def test_32_concurrent_single_chain_clients_are_batched_and_each_gets_its_own_scores(url, scorer):
+def queued_chains(metrics: str) -> float:
+    for family in text_string_to_metric_families(metrics):
+        if family.name == "prmkit_queue_chains":
+            return family.samples[0].value
+    raise AssertionError("no prmkit_queue_chains in /metrics")
+
+
+def test_32_concurrent_single_chain_clients_are_batched_and_each_gets_its_own_scores(scorer):
     chains = [(r["prompt"], r["completions"]) for r in generate_records(32, seed=5)]
-    chains_before, calls_before = batch_histogram(url)
+    held = HeldFirstCall(scorer)  # batch_size 8: at most 8 chains per model call
 
-    async def client(prompt, steps):
+    async def client(url, prompt, steps):
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:  # one connection per client, as workers
             return (await http.post("/v1/score", json={"prompt": prompt, "steps": steps})).json()
 
-    async def go():
-        return await asyncio.gather(*(client(p, s) for p, s in chains))
+    async def go(url):
+        clients = [asyncio.create_task(client(url, p, s)) for p, s in chains]
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            deadline = time.monotonic() + 60
+            # every chain but the held call's is accepted and waiting before the model is let go
+            while not held.entered.is_set() or queued_chains((await http.get("/metrics")).text) < 32 - held.calls[0]:
+                assert time.monotonic() < deadline, f"the clients never all queued: {held.calls}"
+                await asyncio.sleep(0.01)
+        held.release.set()
+        return await asyncio.gather(*clients)
 
-    answers = asyncio.run(go())
-    chains_after, calls_after = batch_histogram(url)
-    assert chains_after - chains_before == 32
-    assert 32 / (calls_after - calls_before) > 1  # mean chains per model call
+    with LiveServer(create_app(held, ServeOptions(max_wait_ms=50), model_name="tiny")) as url:
+        answers = asyncio.run(go(url))
+    assert sum(held.calls) == 32 and max(held.calls) <= 8
+    # The held call, then the queue cut into batches of 8 in at most two planning rounds (each may end in one
+    # partial batch): 5 model calls at most for 32 chains, where scoring each request alone would make 32.
+    assert len(held.calls) <= 5, held.calls
     expected = scorer.score_many(chains)
     for answer, want in zip(answers, expected):
         assert close(answer["step_scores"], want)
