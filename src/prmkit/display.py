@@ -48,8 +48,9 @@ def progress_bar(enabled: bool, description: str, *, total: float | None = None,
         TimeRemainingColumn,
     )
 
-    # The description is the task's, not a column template: a file name with braces in it is printed as it is.
-    columns = [TextColumn("{task.description}"), BarColumn()]
+    # The description is the task's, read neither as a column template nor as rich markup: a file name with braces
+    # or brackets in it is printed as it is.
+    columns = [TextColumn("{task.description}", markup=False), BarColumn()]
     columns += [MofNCompleteColumn(), TextColumn(unit)] if unit else [TaskProgressColumn()]
     if extra:
         columns.append(TextColumn(extra))
