@@ -116,6 +116,7 @@ def vllm_answers(tmp_path_factory):
         call([PROMPTS[0], "The answer is"], 2, 4),  # the first prompt again, with another batch mate
         call(["Tom has"] * 4, 2, 3, stop=STOPS, max_new_tokens=40),
         call(["Each friend gets"], 3, 1, temperature=0),
+        call(["Each friend gets"], 1, 9, temperature=0),  # the same prompt greedy again: another call and seed, n=1
     ]
     greedy = [call(None, 1, 0, max_new_tokens=GREEDY_TOKENS, temperature=0)]
     models = [{"model": str(tiny), "system_prompt": None, "problems": [], "calls": tiny_calls}]
@@ -160,9 +161,13 @@ def test_stop_strings_cut_the_sample_before_the_stop(vllm_answers):
 
 @needs_vllm
 def test_greedy_gives_n_equal_samples(vllm_answers):
-    greedy = vllm_answers[0][5][0]
+    greedy, alone = vllm_answers[0][5][0], vllm_answers[0][6][0][0]
     assert len({s.text for s in greedy}) == 1
     assert greedy[0].tokens >= 1 and [s.tokens for s in greedy[1:]] == [0, 0]  # drawn once, counted once
+    # the repeated answer is what greedy decoding writes, not a copy of one lucky draw: a separate greedy
+    # generation of the prompt (another call and seed) writes the same text at the same cost
+    assert (alone.text, alone.tokens, alone.finish_reason) == (greedy[0].text, greedy[0].tokens,
+                                                               greedy[0].finish_reason)
 
 
 @needs_vllm
