@@ -98,9 +98,9 @@ def cmd_search(args) -> int:
     generator = load_generator(args.policy, generation)
     try:
         scorer = PRMScorer.from_options(args.run, scoring_options(args))
-        with _Progress(sys.stderr.isatty()) as progress:
-            summary = run_search(scorer, generator, args.data, args.out, options,
-                                 prm=str(Path(args.run).resolve()), progress=progress)
+        with display.progress_bar(sys.stderr.isatty(), "searching", unit="problems") as update:
+            summary = run_search(scorer, generator, args.data, args.out, options, prm=str(Path(args.run).resolve()),
+                                 progress=lambda done, total: update(completed=done, total=total))
     finally:
         generator.close()
     where = f"; {summary.resumed} were already in {summary.out}" if summary.resumed else ""
@@ -118,27 +118,3 @@ def cmd_search(args) -> int:
     else:
         console.print(f"no problem has a gold answer, so no accuracy -> {summary.out}")
     return 0
-
-
-class _Progress:
-    """A rich progress bar over problems on stderr, or nothing when stderr is not a terminal."""
-
-    def __init__(self, enabled: bool):
-        self.enabled, self.bar, self.task = enabled, None, None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            console=Console(stderr=True))
-        self.task = self.bar.add_task("problems", total=None)
-        self.bar.start()
-        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False

@@ -5,7 +5,6 @@ policy's backend (device, batch size, system prompt, vLLM settings) are `prmkit.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, replace
 
 from prmkit.errors import PRMError
@@ -115,10 +114,3 @@ def parse_budgets(text: str) -> tuple[int, ...]:
 def parse_methods(text: str) -> tuple[str, ...]:
     """`best-of-n,beam` -> ("best-of-n", "beam"); unknown names are reported by SearchOptions."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def derive_seed(seed: int, *parts) -> int:
-    """A seed of its own for each generate call (a method, a batch, a round), from the run's seed: calls never
-    share a random stream, and a batch gets the same samples whatever ran before it (a resumed run included)."""
-    text = "/".join(str(part) for part in (seed, *parts))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
