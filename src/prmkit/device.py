@@ -6,6 +6,7 @@ state, so it loads the weights in bf16/fp16 on a GPU and fp32 on CPU, where half
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -91,3 +92,29 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     if dtype not in DTYPES:
         raise PRMError(f"dtype={dtype!r} is not known; use auto, fp32, bf16 or fp16")
     return DTYPES[dtype]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in a multi-process launch (torchrun, `accelerate launch`, DeepSpeed's launcher). The one
+    definition of the main process, for training and scoring alike: global rank 0, or a lone process."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def launch_from_env() -> Launch:
+    """This process's place in the launch; one process when no launcher set the variables."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Launch()
+    return Launch(rank=int(os.environ.get("RANK", "0")), world_size=world_size,
+                  local_rank=int(os.environ.get("LOCAL_RANK", "0")))

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
-from prmkit.scoring.distributed import Launch, launch_from_env, rank_device
+from prmkit.device import Launch, launch_from_env
+from prmkit.scoring.distributed import rank_device
 
 
 def write_config(tmp_path, model_dir):

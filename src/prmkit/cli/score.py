@@ -60,7 +60,8 @@ def register(commands) -> None:
 def cmd_score(args) -> int:
     import torch
 
-    from prmkit.scoring.distributed import join_process_group, launch_from_env, leave_process_group, rank_device
+    from prmkit.device import launch_from_env
+    from prmkit.scoring.distributed import join_process_group, leave_process_group, rank_device
     from prmkit.scoring.score_file import score_file
     from prmkit.scoring.scorer import PRMScorer
 

@@ -7,37 +7,11 @@ process, so a single-process run never touches torch.distributed.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
+from prmkit.device import Launch
 from prmkit.errors import PRMError
-
-
-@dataclass(frozen=True)
-class Launch:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-
-def launch_from_env() -> Launch:
-    """This process's place in the launch; one process when no launcher set the variables."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
-        return Launch()
-    return Launch(rank=int(os.environ.get("RANK", "0")), world_size=world_size,
-                  local_rank=int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def rank_device(requested: str | None, launch: Launch, cuda_available: bool) -> str | None:

@@ -19,9 +19,10 @@ from typing import Iterator
 
 from prmkit.data.rows import Row, RowReader
 from prmkit.display import progress_bar
+from prmkit.device import Launch
 from prmkit.errors import PRMError
 from prmkit.scoring.aggregate import aggregate
-from prmkit.scoring.distributed import Launch, all_ranks_ok, gather_from_ranks
+from prmkit.scoring.distributed import all_ranks_ok, gather_from_ranks
 from prmkit.scoring.inputs import Separator, parse_row
 from prmkit.scoring.options import ScoreFileOptions
 from prmkit.scoring.scored_rows import attach_scores

@@ -12,14 +12,15 @@ from pathlib import Path
 import torch.distributed as dist
 
 from prmkit.config import Config, load_config
+from prmkit.device import launch_from_env
 from prmkit.errors import PRMError
 from prmkit.training.checkpoints import remove_stale_staging
 
 
 def is_main_process() -> bool:
-    """The process that prepares and writes the run folder: global rank 0 as torchrun, `accelerate launch` and
-    DeepSpeed's launcher set RANK (the same process the Trainer calls world process zero); a lone process is it."""
-    return os.environ.get("RANK", "0") == "0"
+    """The process that prepares and writes the run folder: `prmkit.device.Launch`'s main process (the same process
+    the Trainer calls world process zero)."""
+    return launch_from_env().is_main
 
 
 def prepare_run_dir(config: Config, *, overwrite: bool = False) -> Path:
