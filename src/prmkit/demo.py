@@ -55,11 +55,7 @@ def demo_config(options: DemoOptions) -> Config:
         "training": {"max_steps": options.steps, "batch_size": options.batch_size, "lr": options.lr,
                      "warmup_steps": 5, "logging_steps": 5, "save_steps": max(options.steps // 2, 1),
                      "seed": options.seed, "packing": options.packing, "head_init": options.head_init,
-                     "head_lr": options.head_lr, "head_init_rows": options.probe_rows,
-                     # random batches: grouped by length, a batch's chains share their step count and so their
-                     # label mix (more steps, more wrong ones); measured, that trained below the probe on two
-                     # of the three held-out metrics (BENCHMARKS.md, "The demo")
-                     "group_by_length": False},
+                     "head_lr": options.head_lr, "head_init_rows": options.probe_rows},
     })
 
 
