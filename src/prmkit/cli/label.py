@@ -21,8 +21,9 @@ def register(commands) -> None:
                     "solution from it; omega (OmegaPRM) binary-searches the first step after which no rollout "
                     "reaches the answer. Writes records (prompt, completions, labels, values, provenance) to "
                     "OUTPUT, one JSON line per solution, continuing OUTPUT if a run was stopped.")
-    label.add_argument("input", help="problems: .jsonl, .json or .parquet rows with prompt/problem/question, "
-                                     "gold_answer/answer, and completions (steps) or solution unless --solutions")
+    label.add_argument("input", help="problems: .jsonl, .json or .parquet rows, or a dataset id "
+                                     "(owner/name:config#split), with prompt/problem/question, gold_answer/answer, "
+                                     "and completions (steps) or solution unless --solutions")
     label.add_argument("output", help=".jsonl file of labelled records")
     label.add_argument("--policy", required=True, metavar="MODEL",
                        help="the policy that rolls out: a model folder, a .gguf file, an alias (smollm2-135m) or a "

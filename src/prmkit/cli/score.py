@@ -22,7 +22,8 @@ def register(commands) -> None:
                     "[steps]]}). Output: each row plus step_scores and score (records) or step_scores, scores "
                     "and best (candidates), as JSON lines.")
     score.add_argument("run", help="run folder, checkpoint or merged export")
-    score.add_argument("input", help=".jsonl, .json or .parquet file of rows")
+    score.add_argument("input", help=".jsonl, .json or .parquet file of rows, or a dataset id "
+                                     "(owner/name:config#split)")
     score.add_argument("output", help=".jsonl file to write")
     score.add_argument("--aggregate", default=SCORE_FILE_DEFAULTS.aggregate, choices=AGGREGATION_NAMES,
                        help="chain score (default: %(default)s)")
@@ -39,7 +40,7 @@ def register(commands) -> None:
         description="Evaluate a PRM on labelled files (records, ProcessBench rows converted or raw, best-of-N "
                     "rows). Writes metrics.json, report.html, roc.png, calibration.png and training_loss.png.")
     evaluate.add_argument("run", help="run folder, checkpoint or merged export")
-    evaluate.add_argument("data", nargs="+", help="labelled data files (one split each)")
+    evaluate.add_argument("data", nargs="+", help="labelled data files or dataset ids (one split each)")
     threshold = evaluate.add_mutually_exclusive_group()
     threshold.add_argument("--threshold", type=float, default=EVAL_DEFAULTS.threshold,
                            help="fixed step threshold (default 0.5)")

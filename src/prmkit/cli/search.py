@@ -36,8 +36,9 @@ def register(commands) -> None:
                     "With --budgets, compares every method at each N and writes a table, OUT stem.budgets.json "
                     "and OUT stem.budgets.png.")
     search.add_argument("run", help="PRM: run folder, checkpoint or merged export")
-    search.add_argument("data", help="problems: .jsonl, .json or .parquet rows with prompt/problem/question and, "
-                                     "optionally, gold_answer/answer")
+    search.add_argument("data", help="problems: .jsonl, .json or .parquet rows, or a dataset id "
+                                     "(owner/name:config#split), with prompt/problem/question and, optionally, "
+                                     "gold_answer/answer")
     search.add_argument("out", help=".jsonl file of results, one row per problem")
     search.add_argument("--policy", required=True, metavar="MODEL",
                         help="the policy: a model folder, a .gguf file, an alias (smollm2-135m) or a hub id")

@@ -48,18 +48,18 @@ def read_problem_rows(path: str | Path, parse: Callable[[int, object], T], *, li
         if limit is not None and len(parsed) + len(bad) >= limit:
             break
         if row.problem is not None:
-            bad.append(f"  {reader.path}: row {row.number} {row.problem}")
+            bad.append(f"  {reader.source}: row {row.number} {row.problem}")
             continue
         try:
             parsed.append(parse(row.number, row.value))
         except PRMError as err:
-            bad.append(f"  {reader.path}: row {row.number}, {err}")
+            bad.append(f"  {reader.source}: row {row.number}, {err}")
     if bad:
         more = f"\n  ... and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
-        raise PRMError(f"{reader.path}: {len(bad)} of {len(parsed) + len(bad)} rows cannot be {purpose}:\n"
+        raise PRMError(f"{reader.source}: {len(bad)} of {len(parsed) + len(bad)} rows cannot be {purpose}:\n"
                        + "\n".join(bad[:MAX_LISTED]) + more)
     if not parsed:
-        raise PRMError(f"{reader.path}: no rows; give a file with {expected}")
+        raise PRMError(f"{reader.source}: no rows; give a file with {expected}")
     return parsed
 
 
@@ -69,7 +69,7 @@ def problem_text(value, field: str | None, example: str) -> str:
         raise PRMError(f"field '-': expected an object such as {example}, got {type(value).__name__}")
     name = field or next((f for f in PROBLEM_FIELDS if f in value), None)
     if name is None or name not in value:
-        tried = f"'{field}'" if field else "/".join(PROBLEM_FIELDS)
+        tried = field or "/".join(PROBLEM_FIELDS)
         raise PRMError(f"field '{tried}': missing; give the problem there, or name its field with "
                        f"--problem-field (keys here: {', '.join(sorted(value)) or 'none'})")
     text = value[name]
@@ -84,7 +84,7 @@ def problem_gold(value: dict, field: str | None, *, required: bool) -> str | Non
     name = field or next((f for f in GOLD_FIELDS if value.get(f) is not None), None)
     if name is None or value.get(name) is None:
         if required:
-            tried = f"'{field}'" if field else "/".join(GOLD_FIELDS)
+            tried = field or "/".join(GOLD_FIELDS)
             raise PRMError(f"field '{tried}': missing; labels are measured against a gold answer: give it there, "
                            "or name its field with --gold-field")
         if field and field not in value:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from prmkit.data.hub import (SYNTAX, is_saved_dataset, parse_dataset_id, pick_split, plain, read_hub_dataset,
+                             read_repository_folder)
 from prmkit.errors import PRMError
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
@@ -30,26 +32,36 @@ class Row:
 class RowReader:
     """Iterate a data file as `Row`s, streaming where the format allows (JSONL, Parquet).
 
-    `folder#split` picks a split of a `datasets` DatasetDict folder. With `lenient=True` a .jsonl line that is not
-    UTF-8 JSON comes back as a Row with `problem` set instead of stopping the read, so `prmkit data validate` can
-    list every bad line. `progress_total` and `progress_done` measure the read in bytes for JSONL and in rows
+    `folder#split` picks a split of a `datasets` DatasetDict folder; `owner/name`, `owner/name#split` and
+    `owner/name:config#split` name a dataset on the hub, or a local folder laid out as one (see `prmkit.data.hub`).
+    With `lenient=True` a .jsonl line that is not UTF-8 JSON comes back as a Row with `problem` set instead of
+    stopping the read, so `prmkit data validate` can list every bad line. `progress_total` and `progress_done` measure the read in bytes for JSONL and in rows
     otherwise, for a progress bar.
     """
 
     def __init__(self, path: str | Path, *, lenient: bool = False):
-        text, split = str(path), None
-        if "#" in text and not Path(text).exists():
-            text, split = text.rsplit("#", 1)
-        self.path, self.split, self.lenient = Path(text), split, lenient
-        if not self.path.exists():
-            raise PRMError(f"{self.path}: no such file or folder; check the path")
-        if self.path.is_dir():
+        text, self.split, self.config, self.dataset_id = str(path), None, None, None
+        if not Path(text).exists():  # a local path that exists always wins over a split, a config or an id
+            if "#" in text:
+                text, self.split = text.rsplit("#", 1)
+            if ":" in text and not Path(text).exists() and Path(text.rsplit(":", 1)[0]).is_dir():
+                text, self.config = text.rsplit(":", 1)
+            if not Path(text).exists():
+                self.dataset_id = parse_dataset_id(str(path))
+        self.path, self.lenient = Path(str(path) if self.dataset_id else text), lenient
+        self.source = str(path)  # as the user wrote it, with any config and split, for messages
+        if self.dataset_id is not None:
+            self.kind = "hub"
+        elif not self.path.exists():
+            raise PRMError(f"{self.path}: no such file or folder; check the path (a dataset on the hub is named "
+                           f"{SYNTAX})")
+        elif self.path.is_dir():
             self.kind = "datasets"
         else:
             self.kind = SUFFIXES.get(self.path.suffix.lower())
             if self.kind is None:
                 raise PRMError(f"{self.path}: unknown data format '{self.path.suffix}'; use .jsonl, .json, "
-                               ".parquet or a folder written by datasets' save_to_disk")
+                               f".parquet, a folder written by datasets' save_to_disk or a dataset id ({SYNTAX})")
         self.progress_done = 0
         self._in_memory: list | None = None
 
@@ -107,7 +119,7 @@ class RowReader:
                 for value in batch.to_pylist():
                     number += 1
                     self.progress_done = number
-                    yield Row(number, _plain(value))
+                    yield Row(number, plain(value))
         except PRMError:
             raise
         except Exception as err:  # pyarrow raises several unrelated types for a damaged file
@@ -115,10 +127,14 @@ class RowReader:
                            "complete") from None
 
     def _whole(self) -> list:
-        """A .json array or a `datasets` folder is read whole (neither format can be streamed row by row)."""
+        """A .json array, a `datasets` folder or a hub dataset is read whole (none can be streamed row by row)."""
         if self._in_memory is None:
-            self._in_memory = _read_json(self.path) if self.kind == "json" else _read_dataset_folder(self.path,
-                                                                                                        self.split)
+            if self.kind == "json":
+                self._in_memory = _read_json(self.path)
+            elif self.kind == "hub":
+                self._in_memory = read_hub_dataset(self.dataset_id)
+            else:
+                self._in_memory = _read_dataset_folder(self.path, self.config, self.split)
         return self._in_memory
 
 
@@ -145,7 +161,12 @@ def _read_json(path: Path) -> list:
     return data
 
 
-def _read_dataset_folder(path: Path, split: str | None) -> list:
+def _read_dataset_folder(path: Path, config: str | None, split: str | None) -> list:
+    """A folder written by `save_to_disk`, else a folder laid out as a dataset repository (read as the hub's is)."""
+    if not is_saved_dataset(path):
+        return read_repository_folder(path, config, split)
+    if config is not None:
+        raise PRMError(f"{path}: a folder written by datasets' save_to_disk has no configs; drop ':{config}'")
     import datasets
 
     try:
@@ -153,27 +174,7 @@ def _read_dataset_folder(path: Path, split: str | None) -> list:
     except FileNotFoundError:
         raise PRMError(f"{path}: a folder, but not one written by datasets' save_to_disk; "
                        "point to a .jsonl/.json/.parquet file or such a folder") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if split is None:
-            if list(loaded) != ["train"] and "train" not in loaded:
-                raise PRMError(f"{path}: holds splits {list(loaded)}; pick one with '{path}#SPLIT'")
-            split = "train"
-        if split not in loaded:
-            raise PRMError(f"{path}: no split '{split}'; it has {list(loaded)}")
-        loaded = loaded[split]
-    # to_list goes through Arrow's Python conversion: values come back as stored, not cast by a Features schema.
-    return [_plain(row) for row in loaded.to_list()]
-
-
-def _plain(value: Any) -> Any:
-    """Arrow can hand back numpy scalars or arrays; make them Python values so validation sees what a user wrote."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "tolist"):
-        return _plain(value.tolist())
-    return value
+    return pick_split(loaded, split, str(path))
 
 
 def _json_limit(err: Exception) -> str:
