@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 # Defaults come from the options dataclasses (light imports: no torch), so each is written once.
-from prmkit.scoring.options import DTYPE_NAMES, ScoringOptions
+from prmkit.scoring.options import DTYPE_NAMES, PRM_FORMATS, ScoringOptions
 
 SCORING_DEFAULTS = ScoringOptions()
 ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
@@ -41,11 +41,16 @@ def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=SCORING_DEFAULTS.max_length,
                         help="tokens read per chain (default: the run's training max_length); steps past it are "
                              "left unscored")
+    parser.add_argument("--prm-format", default=SCORING_DEFAULTS.prm_format, choices=PRM_FORMATS,
+                        help="how to read the model folder: a prmkit run, or a public PRM (qwen: Qwen2.5-Math-PRM; "
+                             "math-shepherd: step tag 'ки', '+'/'-'; rlhflow: each step a user turn) (default: "
+                             "detected from its config.json and tokenizer)")
 
 
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     return ScoringOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size,
-                          max_batch_tokens=args.max_batch_tokens, max_length=args.max_length)
+                          max_batch_tokens=args.max_batch_tokens, max_length=args.max_length,
+                          prm_format=args.prm_format)
 
 
 def write_json(path: str | None, payload: dict) -> None:

@@ -16,7 +16,6 @@ from prmkit.errors import PRMError
 from prmkit.evaluation.processbench import first_error_from_labels
 from prmkit.scoring.inputs import parse_row
 from prmkit.scoring.scorer import PRMScorer
-from prmkit.tokenize import tokenize_chain
 
 
 @dataclass
@@ -76,8 +75,7 @@ def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None,
 
 def chain_lengths(scorer: PRMScorer, chains: list[Chain]) -> list[int]:
     """The tokens each chain takes with every step kept: the max_length that would score all of it."""
-    return [len(tokenize_chain(scorer.tokenizer, c.prompt, c.steps, separator=scorer.metadata.separator,
-                               max_length=sys.maxsize).input_ids) for c in chains]
+    return [len(scorer.tokenize(c.prompt, c.steps, max_length=sys.maxsize).input_ids) for c in chains]
 
 
 def split_label_scheme(rows: list, path: Path, metadata, given: str | None, *,

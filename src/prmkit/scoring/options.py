@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from prmkit.errors import PRMError
 
 DTYPE_NAMES = ("auto", "fp32", "bf16", "fp16")
+PRM_FORMATS = ("prmkit", "qwen", "math-shepherd", "rlhflow")  # prmkit.scoring.formats.FORMATS, without torch
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class ScoringOptions:
     batch_size: int = 16  # chains per forward pass
     max_batch_tokens: int | None = None  # padded tokens per forward pass (chains x longest chain)
     max_length: int | None = None  # tokens read per chain; None: the run's training max_length
+    prm_format: str | None = None  # how to read the model folder (PRM_FORMATS); None: detected from the folder
 
     def __post_init__(self):
         if self.batch_size < 1:
@@ -30,6 +32,9 @@ class ScoringOptions:
                            "it unset")
         if self.dtype not in DTYPE_NAMES:
             raise PRMError(f"dtype={self.dtype!r} is not known; use one of {', '.join(DTYPE_NAMES)}")
+        if self.prm_format is not None and self.prm_format not in PRM_FORMATS:
+            raise PRMError(f"prm_format={self.prm_format!r} is not known; use one of {', '.join(PRM_FORMATS)}, or "
+                           "leave it unset to detect it from the model folder")
 
     def replace(self, **changes) -> "ScoringOptions":
         return replace(self, **changes)

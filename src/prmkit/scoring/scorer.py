@@ -1,12 +1,14 @@
 """Score chains with a trained PRM: every step of a chain in one forward pass, many chains per batch.
 
 Inputs go through `tokenize_chain`, the function training used, so a chain scores the same here as in training's
-evaluation. Chains are sorted by length before batching so padding stays small, each batch is padded once, and
+evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow) is read through its own format
+instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding stays small, each batch is padded once, and
 the model has no LM head, so no vocabulary-sized logits are computed.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -19,6 +21,7 @@ from prmkit.loss import scores_from_head
 from prmkit.model import METADATA_FILE, PRMMetadata, context_length, head_name, load_prm
 from prmkit.model import merge_adapter as merge_lora_adapter
 from prmkit.scoring.aggregate import RankedCandidate, rank_candidates
+from prmkit.scoring.formats import PUBLIC_MAX_LENGTH, SEPARATOR, ChainReader, detect_format, load_public_prm
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
 from prmkit.scoring.options import ScoringOptions
 from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
@@ -28,11 +31,12 @@ DEFAULTS = ScoringOptions()
 
 class PRMScorer:
     """A loaded PRM that scores steps. `PRMScorer.from_pretrained(folder)` takes a run folder, any checkpoint in
-    it (LoRA adapter or full weights) or a merged export."""
+    it (LoRA adapter or full weights), a merged export, or a public PRM's folder. `reader` is a public format's
+    (None for a prmkit PRM): its model gives a probability per position, read where the format says."""
 
     def __init__(self, model, tokenizer, metadata: PRMMetadata, *, device: str | None = DEFAULTS.device,
                  dtype: str | torch.dtype | None = DEFAULTS.dtype, batch_size: int = DEFAULTS.batch_size,
-                 max_batch_tokens: int | None = DEFAULTS.max_batch_tokens):
+                 max_batch_tokens: int | None = DEFAULTS.max_batch_tokens, reader: ChainReader | None = None):
         ScoringOptions(batch_size=batch_size, max_batch_tokens=max_batch_tokens)  # raises on values out of range
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -43,20 +47,39 @@ class PRMScorer:
         self.metadata = metadata
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
+        self.reader = reader
+        self.prm_format = "prmkit" if reader is None else reader.name
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, device: str | None = DEFAULTS.device,
                         dtype: str | torch.dtype | None = DEFAULTS.dtype, batch_size: int = DEFAULTS.batch_size,
                         max_batch_tokens: int | None = DEFAULTS.max_batch_tokens, trust_remote_code: bool = False,
                         allow_pickle: bool = False, merge_adapter: bool = True,
-                        max_length: int | None = DEFAULTS.max_length) -> "PRMScorer":
+                        max_length: int | None = DEFAULTS.max_length, prm_format: str | None = DEFAULTS.prm_format,
+                        step_tag: str = ChainReader.step_tag, good_token: str = ChainReader.good_token,
+                        bad_token: str = ChainReader.bad_token) -> "PRMScorer":
         """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
         the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
         longer chains than the PRM was trained on, up to the backbone's context (beyond it is refused, as is a run
         whose training max_length exceeds it). `batch_size` caps the chains per forward pass and `max_batch_tokens`
         the padded tokens (chains x longest chain), so a batch of long chains stays within device memory.
-        `allow_pickle` as in the training config."""
-        model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+        `allow_pickle` as in the training config. `prm_format` (prmkit, qwen, math-shepherd, rlhflow; None:
+        detected from the folder) says how to read it; `step_tag`, `good_token` and `bad_token` are the
+        math-shepherd and rlhflow formats' tokens."""
+        ScoringOptions(prm_format=prm_format)  # raises on a format name it does not know
+        if prm_format is None:
+            prm_format, why = detect_format(folder)
+            if prm_format != "prmkit":  # a guess from the folder: say it, so a wrong one is seen and overridden
+                print(f"prmkit: reading {folder} as a {prm_format} PRM (from its {why}); pass prm_format= "
+                      "(--prm-format) to read it as another format", file=sys.stderr, flush=True)
+        reader = None
+        if prm_format == "prmkit":
+            model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code,
+                                                  allow_pickle=allow_pickle)
+        else:
+            reader = ChainReader(prm_format, step_tag=step_tag, good_token=good_token, bad_token=bad_token)
+            model, tokenizer = load_public_prm(folder, reader, allow_pickle=allow_pickle)
+            metadata = _public_metadata(folder, prm_format, context_length(model.config))
         limit = context_length(model.config)
         if max_length is not None:
             if max_length < 8:
@@ -73,18 +96,23 @@ class PRMScorer:
         if merge_adapter:
             model = merge_lora_adapter(model)
         return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size,
-                   max_batch_tokens=max_batch_tokens)
+                   max_batch_tokens=max_batch_tokens, reader=reader)
 
     @classmethod
     def from_options(cls, folder: str | Path, options: ScoringOptions, **kwargs) -> "PRMScorer":
         """`from_pretrained` with the settings of `prmkit score`, `prmkit eval` and `prmkit serve`."""
         return cls.from_pretrained(folder, device=options.device, dtype=options.dtype, batch_size=options.batch_size,
                                    max_batch_tokens=options.max_batch_tokens, max_length=options.max_length,
-                                   **kwargs)
+                                   prm_format=options.prm_format, **kwargs)
 
-    def tokenize(self, prompt: str, steps: Sequence[str]) -> TokenizedChain:
+    def tokenize(self, prompt: str, steps: Sequence[str], max_length: int | None = None) -> TokenizedChain:
+        """The ids the model reads for a chain and where each step's score is read (at most `max_length` tokens,
+        default the scorer's)."""
+        max_length = max_length or self.metadata.max_length
+        if self.reader is not None:
+            return self.reader.tokenize(self.tokenizer, prompt, steps, max_length)
         return tokenize_chain(self.tokenizer, prompt, steps, None, separator=self.metadata.separator,
-                              max_length=self.metadata.max_length)
+                              max_length=max_length)
 
     def split_steps(self, text: str, separator: Separator = None) -> list[str]:
         """Steps of a raw completion, cut at the run's separator unless another string or regex is given."""
@@ -116,9 +144,11 @@ class PRMScorer:
         for indices in self._batches(sorted(scorable, key=lambda i: len(tokenized[i].input_ids)), tokenized):
             batch = [tokenized[i] for i in indices]
             inputs = collate([{"input_ids": chain.input_ids} for chain in batch])  # the training collator's padding
-            head = self.model(input_ids=inputs["input_ids"].to(self.device),
-                              attention_mask=inputs["attention_mask"].to(self.device)).logits.squeeze(-1)
-            scores = scores_from_head(self.metadata.loss, head).cpu()
+            output = self.model(input_ids=inputs["input_ids"].to(self.device),
+                                attention_mask=inputs["attention_mask"].to(self.device))
+            # A public format's model gives its step probabilities already; a prmkit PRM gives the head's output.
+            scores = (output if self.reader is not None
+                      else scores_from_head(self.metadata.loss, output.logits.squeeze(-1))).cpu()
             for row, index in enumerate(indices):
                 chain = batch[row]
                 results[index] = scores[row, chain.step_positions].tolist() + [None] * chain.steps_dropped
@@ -144,6 +174,14 @@ class PRMScorer:
             real += length
         if batch:
             yield batch
+
+
+def _public_metadata(folder: str | Path, prm_format: str, context: int | None) -> PRMMetadata:
+    """What the scorer needs to know of a public PRM: its scores are probabilities (read as a bce run's), raw
+    completions are cut at blank lines, and it reads up to PUBLIC_MAX_LENGTH tokens or its context."""
+    max_length = min(PUBLIC_MAX_LENGTH, context or PUBLIC_MAX_LENGTH)
+    return PRMMetadata(base_model=str(folder), base_path=str(folder), finetune=prm_format, loss="bce",
+                       separator=SEPARATOR, max_length=max_length, label_scheme="binary")
 
 
 def _head_in_fp32(model) -> None:
