@@ -181,3 +181,4 @@ def test_prmkit_score_and_eval_read_a_public_prm_folder_with_or_without_the_flag
     assert metrics["splits"]["chains"]["steps"] == 9 and metrics["max_length"] == 512  # the tiny backbone's context
     with pytest.raises(SystemExit):
         main(["score", str(qwen[0]), "in.jsonl", "out.jsonl", "--prm-format", "shepherd"])
+

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from prmkit import display
 from prmkit.cli.common import add_scoring_flags, quiet_transformers, scoring_options
+from prmkit.errors import PRMError
 from prmkit.evaluation.options import LABEL_SCHEMES, EvalOptions
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
 from prmkit.scoring.options import ScoreFileOptions
@@ -39,7 +40,8 @@ def register(commands) -> None:
         "eval", help="step metrics, ProcessBench F1 and best-of-N accuracy, with an HTML report and plots",
         description="Evaluate a PRM on labelled files (records, ProcessBench rows converted or raw, best-of-N "
                     "rows). Writes metrics.json, report.html, roc.png, calibration.png and training_loss.png.")
-    evaluate.add_argument("run", help="run folder, checkpoint or merged export")
+    evaluate.add_argument("run", help="run folder, checkpoint, merged export or public PRM folder; several PRM "
+                                      "folders before the data are evaluated side by side")
     evaluate.add_argument("data", nargs="+", help="labelled data files or dataset ids (one split each)")
     threshold = evaluate.add_mutually_exclusive_group()
     threshold.add_argument("--threshold", type=float, default=EVAL_DEFAULTS.threshold,
@@ -87,6 +89,7 @@ def cmd_score(args) -> int:
 
 def cmd_eval(args) -> int:
 
+    from prmkit.evaluation.compare import compare, render_comparison, split_models
     from prmkit.evaluation.evaluate import evaluate
     from prmkit.evaluation.tables import render_tables
 
@@ -94,7 +97,17 @@ def cmd_eval(args) -> int:
     options = EvalOptions(threshold=args.threshold, calibrate_on=args.calibrate_on, out=args.out, limit=args.limit,
                           report_chains=args.report_chains, label_scheme=args.label_scheme)
     quiet_transformers()
-    result = evaluate(args.run, args.data, options, scoring_options(args), progress=console.print)
+    runs, data = split_models([args.run, *args.data])
+    if not data:
+        raise PRMError(f"no data file after the PRM folders {', '.join(runs)}; give at least one labelled file")
+    if len(runs) > 1:
+        comparison = compare(runs, data, options, scoring_options(args), progress=console.print)
+        console.print(render_comparison(comparison))
+        console.print(f"written to {comparison.out}: comparison.json, comparison.html and one folder per PRM "
+                      f"({', '.join(comparison.names)})")
+        console.print(f"time: {comparison.seconds:.1f} s")
+        return 0
+    result = evaluate(runs[0], data, options, scoring_options(args), progress=console.print)
     for table in render_tables(result):
         console.print(table)
     for warning in result.warnings:
