@@ -48,11 +48,12 @@ def test_prmkit_eval_puts_several_prms_side_by_side_each_as_evaluated_alone(qwen
     assert main(["eval", str(qwen[0]), str(shepherd[0]), str(tmp_path / "chains.jsonl"), "--device", "cpu",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "PRMs side by side" in printed and "qwen-prm0" in printed and "math-shepherd0" in printed
+    names = [qwen[0].name, shepherd[0].name]  # the folder names: qwen-prm0, math-shepherd0 (pytest numbers them)
+    assert "PRMs side by side" in printed and all(name in printed for name in names)
     comparison = json.loads((out / "comparison.json").read_text())
-    assert [(r["split"], r["prm"]) for r in comparison["rows"]] == [("chains", "qwen-prm0"), ("chains", "math-shepherd0")]
+    assert [(r["split"], r["prm"]) for r in comparison["rows"]] == [("chains", names[0]), ("chains", names[1])]
     html = (out / "comparison.html").read_text()
-    assert 'href="qwen-prm0/report.html"' in html and (out / "qwen-prm0" / "report.html").is_file()
+    assert f'href="{names[0]}/report.html"' in html and (out / names[0] / "report.html").is_file()
     for row, folder in zip(comparison["rows"], (qwen[0], shepherd[0])):
         alone = evaluate(folder, [tmp_path / "chains.jsonl"], scoring=ScoringOptions(device="cpu"),
                          progress=lambda _: None).splits["chains"]

@@ -5,6 +5,8 @@ max_length."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,8 @@ from transformers import AutoTokenizer
 from prmkit.errors import PRMError
 from prmkit.scoring.formats import QWEN_SYSTEM, detect_format
 from prmkit.scoring.scorer import PRMScorer
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # serve_helpers.LiveServer, for the server test
 
 CHAINS = [
     ("Tom has 3 apples and buys 12 more. How many apples?", ["3 + 12 = 15.", "He has 15 apples.", "The answer is 15."]),
@@ -182,3 +186,21 @@ def test_prmkit_score_and_eval_read_a_public_prm_folder_with_or_without_the_flag
     with pytest.raises(SystemExit):
         main(["score", str(qwen[0]), "in.jsonl", "out.jsonl", "--prm-format", "shepherd"])
 
+
+
+def test_the_rl_reward_and_the_server_score_a_public_prm_as_the_scorer_does(rlhflow):
+    import httpx
+    from serve_helpers import LiveServer
+
+    from prmkit.scoring.reward import PRMReward
+    from prmkit.serving.app import create_app
+    from prmkit.serving.options import ServeOptions
+
+    prompt, steps = CHAINS[0]
+    expected = rlhflow_by_hand(*rlhflow, prompt, steps)
+    reward = PRMReward(rlhflow[0], device="cpu", aggregate="min")
+    completion = [{"role": "assistant", "content": "\n\n".join(steps)}]  # cut at blank lines
+    assert reward([[{"role": "user", "content": prompt}]], [completion]) == pytest.approx([min(expected)], abs=1e-5)
+    with LiveServer(create_app(reward.scorer, ServeOptions(max_wait_ms=20), model_name="rlhflow")) as url:
+        answer = httpx.post(f"{url}/v1/score", json={"prompt": prompt, "completions": steps}, timeout=60).json()
+    assert answer["step_scores"] == pytest.approx(expected, abs=1e-5)
