@@ -204,3 +204,17 @@ def test_the_rl_reward_and_the_server_score_a_public_prm_as_the_scorer_does(rlhf
     with LiveServer(create_app(reward.scorer, ServeOptions(max_wait_ms=20), model_name="rlhflow")) as url:
         answer = httpx.post(f"{url}/v1/score", json={"prompt": prompt, "completions": steps}, timeout=60).json()
     assert answer["step_scores"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_pickle_weights_are_refused_unless_allowed_and_then_read_tensors_only(shepherd, tmp_path):
+    import shutil
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(shepherd[0], folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(shepherd[1].state_dict(), folder / "pytorch_model.bin")
+    with pytest.raises(PRMError, match="only as pickle files"):
+        PRMScorer.from_pretrained(folder, device="cpu")
+    prompt, steps = CHAINS[1]
+    scores = PRMScorer.from_pretrained(folder, device="cpu", allow_pickle=True).score(prompt, steps)
+    assert scores == pytest.approx(shepherd_by_hand(*shepherd, prompt, steps), abs=1e-5)
