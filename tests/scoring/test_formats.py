@@ -136,7 +136,9 @@ def test_the_format_is_detected_from_config_and_tokenizer(qwen, shepherd, rlhflo
     with pytest.raises(PRMError, match="--prm-format"):
         detect_format(tiny_llama)  # a causal LM with no chat template and "ки" in two tokens: not a PRM it knows
     with pytest.raises(PRMError, match="no config.json"):
-        detect_format(tiny_llama / "no-such-folder")
+        detect_format(tiny_llama.parent)
+    with pytest.raises(PRMError, match="huggingface-cli download Qwen/Qwen2.5-Math-PRM-7B --local-dir prms/Qwen2"):
+        PRMScorer.from_pretrained("Qwen/Qwen2.5-Math-PRM-7B")  # a hub id: nothing is fetched
 
 
 def test_an_explicit_format_overrides_detection_and_an_unknown_one_is_refused(rlhflow, tiny_llama, capsys):

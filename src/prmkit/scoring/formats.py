@@ -156,6 +156,10 @@ def detect_format(folder: str | Path) -> tuple[str, str]:
 
 def _config(folder: Path) -> dict:
     path = folder / "config.json"
+    if not folder.exists():
+        raise PRMError(f"{folder}: no such folder; point to a prmkit run folder, checkpoint or export, or to a public "
+                       "PRM's folder (a model id from the hub is downloaded first: huggingface-cli download "
+                       f"{folder} --local-dir prms/{folder.name})")
     if not path.is_file():
         raise PRMError(f"{folder}: no prmkit.json and no config.json; point to a prmkit run folder, checkpoint or "
                        "export, or to a downloaded public PRM folder")
@@ -228,7 +232,9 @@ def read_weights(folder: Path, names: list[str], allow_pickle: bool = False) -> 
                 with safe_open(str(folder / file), framework="pt") as handle:
                     found.update({n: handle.get_tensor(n) for n in names if n in handle.keys()})
             else:
-                state = torch.load(folder / file, map_location="cpu", weights_only=True, mmap=True)
+                from transformers.modeling_utils import load_state_dict  # transformers' reader: weights_only=True
+
+                state = load_state_dict(folder / file, weights_only=True)
                 found.update({n: state[n] for n in names if n in state})
         if found:
             break
