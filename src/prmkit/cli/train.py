@@ -7,6 +7,7 @@ import argparse
 import json
 
 from prmkit.cli.common import quiet_transformers
+from prmkit.errors import PRMError
 
 
 def register(commands) -> None:
@@ -23,6 +24,9 @@ def register(commands) -> None:
     target.add_argument("--merge", metavar="OUT", help="folder for the merged transformers model")
     target.add_argument("--vllm", metavar="OUT",
                         help="folder for `vllm serve --runner pooling` (one score per step; see prmkit_vllm.json)")
+    export.add_argument("--hub-id", metavar="OWNER/NAME",
+                        help="with --merge: the hub repository the model is meant for; the model card (OUT/README.md) "
+                             "loads it by this id, and the `hf upload` command that publishes it is printed")
     export.add_argument("--overwrite", action="store_true", help="replace OUT if it holds files")
     export.set_defaults(func=cmd_export)
 
@@ -81,6 +85,8 @@ def cmd_train(args) -> int:
 def cmd_export(args) -> int:
     quiet_transformers()
     if args.vllm:
+        if args.hub_id:
+            raise PRMError("--hub-id goes with --merge (a vLLM folder has no model card); export with --merge OUT")
         from prmkit.scoring.export_vllm import VLLM_FILE, export_vllm, serve_command
 
         out = export_vllm(args.run, args.vllm, overwrite=args.overwrite)
@@ -88,10 +94,13 @@ def cmd_export(args) -> int:
         print(f"vLLM model written to {out}; serve it with:\n  {serve_command(out, step_id)}\n"
               f"and send token ids from prmkit.scoring.export_vllm.VLLMInputs (see {out / VLLM_FILE})")
         return 0
-    from prmkit.scoring.export import export_merged
+    from prmkit.scoring.export import CARD_FILE, export_merged, upload_command
 
-    out = export_merged(args.run, args.merge, overwrite=args.overwrite)
-    print(f"merged model written to {out} (load it with AutoModelForTokenClassification.from_pretrained)")
+    out = export_merged(args.run, args.merge, overwrite=args.overwrite, hub_id=args.hub_id)
+    print(f"merged model written to {out} (load it with AutoModelForTokenClassification.from_pretrained), with a "
+          f"model card in {out / CARD_FILE}")
+    if args.hub_id:
+        print(f"publish it with (after `hf auth login`):\n  {upload_command(out, args.hub_id)}")
     return 0
 
 
