@@ -48,6 +48,14 @@ def hub_repo(root, repo: str, splits: dict[str, list[dict]], *, folder: str = "d
         pq.write_table(pa.Table.from_pylist(rows), path)
 
 
+@pytest.fixture(autouse=True)
+def datasets_cache(tmp_path, monkeypatch):
+    """load_dataset writes an Arrow cache of what it reads; keep it in tmp_path, not the user's ~/.cache."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets-cache")
+
+
 @pytest.fixture
 def hub_root(tmp_path):
     hub_repo(tmp_path, "trl-lib/math_shepherd", {"train": STEPWISE, "test": STEPWISE[:1]})
