@@ -155,6 +155,8 @@ def test_an_explicit_format_overrides_detection_and_an_unknown_one_is_refused(rl
     assert "as a rlhflow PRM" in capsys.readouterr().err
     with pytest.raises(PRMError, match="prm_format='shepherd' is not known; use one of prmkit, qwen"):
         PRMScorer.from_pretrained(rlhflow[0], prm_format="shepherd")
+    with pytest.raises(PRMError, match="step_tag='<x>' given for a qwen PRM, which does not read it"):
+        PRMScorer.from_pretrained(rlhflow[0], prm_format="qwen", step_tag="<x>")
     with pytest.raises(PRMError, match="no weights named score.0.weight"):
         PRMScorer.from_pretrained(tiny_llama, device="cpu", prm_format="qwen")
 

@@ -65,21 +65,11 @@ class PRMScorer:
         the padded tokens (chains x longest chain), so a batch of long chains stays within device memory.
         `allow_pickle` as in the training config. `prm_format` (prmkit, qwen, math-shepherd, rlhflow; None:
         detected from the folder) says how to read it; `step_tag`, `good_token` and `bad_token` are the
-        math-shepherd and rlhflow formats' tokens."""
-        ScoringOptions(prm_format=prm_format)  # raises on a format name it does not know
-        if prm_format is None:
-            prm_format, why = detect_format(folder)
-            if prm_format != "prmkit":  # a guess from the folder: say it, so a wrong one is seen and overridden
-                print(f"prmkit: reading {folder} as a {prm_format} PRM (from its {why}); pass prm_format= "
-                      "(--prm-format) to read it as another format", file=sys.stderr, flush=True)
-        reader = None
-        if prm_format == "prmkit":
-            model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code,
-                                                  allow_pickle=allow_pickle)
-        else:
-            reader = ChainReader(prm_format, step_tag=step_tag, good_token=good_token, bad_token=bad_token)
-            model, tokenizer = load_public_prm(folder, reader, allow_pickle=allow_pickle)
-            metadata = _public_metadata(folder, prm_format, context_length(model.config))
+        math-shepherd and rlhflow formats' tokens. A public format never runs code from its folder, so
+        `trust_remote_code` applies to prmkit runs only."""
+        model, tokenizer, metadata, reader = _load(
+            folder, prm_format, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+            tokens={"step_tag": step_tag, "good_token": good_token, "bad_token": bad_token})
         limit = context_length(model.config)
         if max_length is not None:
             if max_length < 8:
@@ -174,6 +164,27 @@ class PRMScorer:
             real += length
         if batch:
             yield batch
+
+
+def _load(folder: str | Path, prm_format: str | None, *, trust_remote_code: bool, allow_pickle: bool,
+          tokens: dict[str, str]):
+    """(model, tokenizer, metadata, reader) of a prmkit run or a public PRM (reader None for a prmkit run)."""
+    ScoringOptions(prm_format=prm_format)  # raises on a format name it does not know
+    if prm_format is None:
+        prm_format, why = detect_format(folder)
+        if prm_format != "prmkit":  # a guess from the folder: say it, so a wrong one is seen and overridden
+            print(f"prmkit: reading {folder} as a {prm_format} PRM (from its {why}); pass prm_format= "
+                  "(--prm-format) to read it as another format", file=sys.stderr, flush=True)
+    changed = {k: v for k, v in tokens.items() if v != getattr(ChainReader, k)}
+    if changed and prm_format not in ("math-shepherd", "rlhflow"):
+        raise PRMError(f"{', '.join(f'{k}={v!r}' for k, v in changed.items())} given for a {prm_format} PRM, "
+                       "which does not read it; these tokens are the math-shepherd and rlhflow formats'")
+    if prm_format == "prmkit":
+        model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+        return model, tokenizer, metadata, None
+    reader = ChainReader(prm_format, **tokens)
+    model, tokenizer = load_public_prm(folder, reader, allow_pickle=allow_pickle)
+    return model, tokenizer, _public_metadata(folder, prm_format, context_length(model.config)), reader
 
 
 def _public_metadata(folder: str | Path, prm_format: str, context: int | None) -> PRMMetadata:
