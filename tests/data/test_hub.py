@@ -203,3 +203,20 @@ def test_score_and_eval_read_a_dataset_by_id(tiny_run, tmp_path, monkeypatch, ca
     assert main(["eval", str(tiny_run), "someone/chains#test", "--out", "eval", "--device", "cpu"]) == 0
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert [split["rows"] for split in metrics["splits"].values()] == [3]
+
+
+def test_data_convert_reads_a_raw_format_by_id(tmp_path, monkeypatch, capsys):
+    """Math-Shepherd as published (`input` with step tags, `label` with +/-) converts straight from its id."""
+    from prmkit.cli import main
+
+    raw = [{"input": "What is 2 + 3? Step 1: 2 + 3 = 5. ки\nStep 2: The answer is 5. ки",
+            "label": "What is 2 + 3? Step 1: 2 + 3 = 5. +\nStep 2: The answer is 5. +", "task": "GSM8K"},
+           {"input": "What is 4 * 2? Step 1: 4 * 2 = 6. ки", "label": "What is 4 * 2? Step 1: 4 * 2 = 6. -",
+            "task": "GSM8K"}]
+    hub_repo(tmp_path, "peiyi9979/Math-Shepherd", {"train": raw})
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "convert", "--from", "math-shepherd", "peiyi9979/Math-Shepherd", "ms.jsonl"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "ms.jsonl").read_text().splitlines()]
+    assert [(r["prompt"], r["completions"], r["labels"]) for r in records] == [
+        ("What is 2 + 3?", ["Step 1: 2 + 3 = 5.", "Step 2: The answer is 5."], [1.0, 1.0]),
+        ("What is 4 * 2?", ["Step 1: 4 * 2 = 6."], [0.0])]
