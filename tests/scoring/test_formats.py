@@ -222,3 +222,12 @@ def test_pickle_weights_are_refused_unless_allowed_and_then_read_tensors_only(sh
     prompt, steps = CHAINS[1]
     scores = PRMScorer.from_pretrained(folder, device="cpu", allow_pickle=True).score(prompt, steps)
     assert scores == pytest.approx(shepherd_by_hand(*shepherd, prompt, steps), abs=1e-5)
+
+
+def test_a_public_prm_loads_without_the_code_its_config_names(qwen):
+    config = json.loads((qwen[0] / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == "modeling_qwen2_rm.Qwen2ForProcessRewardModel"
+    assert not list(qwen[0].glob("*.py"))  # the code it names is not there: loading must not need it
+    scorer = PRMScorer.from_pretrained(qwen[0], device="cpu", trust_remote_code=False)
+    assert type(scorer.model.model).__name__ == "Qwen2Model"
+    assert type(scorer.model.model).__module__.startswith("transformers.models.qwen2")
