@@ -1,8 +1,9 @@
-"""The one row reader: every command that reads a data file (train, data validate/stats/split/convert, score, eval)
-reads it here, so one file gives the same rows and the same row numbers everywhere.
+"""The one row reader: every command that reads a data file (train, data validate/stats/split/convert, score, eval,
+label, search) reads it here, so one file gives the same rows and the same row numbers everywhere. A dataset named
+by id (`owner/name:config#split`) is a data file too (`prmkit.data.hub`).
 
 A row's number is where a user finds it: the line of a .jsonl file (blank lines count, as in an editor), the
-1-based position in a .json array, a Parquet file or a `datasets` folder. A UTF-8 byte-order mark (Windows
+1-based position in a .json array, a Parquet file, a `datasets` folder or a dataset's split. A UTF-8 byte-order mark (Windows
 editors write one) is read past in every format. Rows come back as plain Python values, so labels keep their
 exact values: no library casts a float label to an int or a -100 to True on the way in.
 """
