@@ -137,8 +137,8 @@ def test_the_format_is_detected_from_config_and_tokenizer(qwen, shepherd, rlhflo
         detect_format(tiny_llama)  # a causal LM with no chat template and "ки" in two tokens: not a PRM it knows
     with pytest.raises(PRMError, match="no config.json"):
         detect_format(tiny_llama.parent)
-    with pytest.raises(PRMError, match="huggingface-cli download Qwen/Qwen2.5-Math-PRM-7B --local-dir prms/Qwen2"):
-        PRMScorer.from_pretrained("Qwen/Qwen2.5-Math-PRM-7B")  # a hub id: nothing is fetched
+    with pytest.raises(PRMError, match="hf download Qwen/Qwen2.5-Math-PRM-7B --local-dir prms/Qwen2"):
+        PRMScorer.from_pretrained("Qwen/Qwen2.5-Math-PRM-7B")  # a hub id, offline and not in the cache
 
 
 def test_an_explicit_format_overrides_detection_and_an_unknown_one_is_refused(rlhflow, tiny_llama, capsys):
@@ -231,3 +231,28 @@ def test_a_public_prm_loads_without_the_code_its_config_names(qwen):
     scorer = PRMScorer.from_pretrained(qwen[0], device="cpu", trust_remote_code=False)
     assert type(scorer.model.model).__name__ == "Qwen2Model"
     assert type(scorer.model.model).__module__.startswith("transformers.models.qwen2")
+
+
+def test_a_hub_model_id_is_read_through_the_hub_cache(qwen, tmp_path, monkeypatch):
+    """`owner/name` that is no local folder is fetched by huggingface_hub's snapshot_download; offline (as in every
+    test) it is read from the cache, laid out here as the hub's client writes it."""
+    import shutil
+
+    import huggingface_hub.constants
+    from prmkit.cli import main
+    from prmkit.files import write_jsonl
+
+    snapshot = tmp_path / "cache" / "models--acme--tiny-qwen-prm" / "snapshots" / "0123abcd"
+    shutil.copytree(qwen[0], snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    by_id = PRMScorer.from_pretrained("acme/tiny-qwen-prm", device="cpu")
+    assert by_id.prm_format == "qwen"
+    assert by_id.score_many(CHAINS) == PRMScorer.from_pretrained(qwen[0], device="cpu").score_many(CHAINS)
+    write_jsonl([{"prompt": p, "completions": s, "labels": [1] * len(s)} for p, s in CHAINS], tmp_path / "c.jsonl")
+    assert main(["eval", "acme/tiny-qwen-prm", str(tmp_path / "c.jsonl"), "--device", "cpu"]) == 0
+    assert (tmp_path / "eval" / "acme--tiny-qwen-prm" / "eval" / "c" / "metrics.json").is_file()
+    with pytest.raises(PRMError, match="acme/absent: no such folder, and not fetched as a hub model id.*hf download"):
+        PRMScorer.from_pretrained("acme/absent", device="cpu")

@@ -228,7 +228,9 @@ def evaluate(run: str | Path, data: list[str | Path], options: EvalOptions = Eva
 
     per_split = {s.name: split_metrics(s, chosen.value) for s in splits}
     pb = {name: m["processbench"] for name, m in per_split.items() if m.get("processbench")}
-    target = Path(options.out) if options.out else Path(run) / "eval" / "+".join(s.name for s in splits)
+    # a hub model id is no folder of the user's: its results go under ./eval/<owner--name>/
+    home = Path(run) if Path(run).exists() else Path("eval") / str(run).replace("/", "--")
+    target = Path(options.out) if options.out else home / "eval" / "+".join(s.name for s in splits)
     result = EvalResult(run=str(run), device=str(scorer.device), dtype=str(scorer.dtype).replace("torch.", ""),
                         loss=scorer.metadata.loss, max_length=scorer.metadata.max_length, threshold=chosen,
                         splits=per_split, processbench_average_f1=average_f1(pb) if pb else None, out=target,

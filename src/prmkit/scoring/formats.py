@@ -18,6 +18,7 @@ logits are ever computed. Detection reads the folder's config.json and tokenizer
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -27,6 +28,9 @@ import torch
 from prmkit.errors import PRMError
 from prmkit.scoring.options import PRM_FORMATS as FORMATS
 from prmkit.tokenize import TokenizedChain
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the hub spells model ids
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # config, weights, tokenizer
 
 QWEN_ARCHITECTURE = "Qwen2ForProcessRewardModel"
 QWEN_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -154,11 +158,28 @@ def detect_format(folder: str | Path) -> tuple[str, str]:
                    f"{architectures}); pass prm_format= (--prm-format) one of {', '.join(FORMATS)}")
 
 
+def model_folder(name: str | Path) -> Path:
+    """The local folder of a PRM: `name` itself when it exists; otherwise an `owner/name` is a model id on the
+    Hugging Face hub, fetched into its cache (or read from the cache alone with HF_HUB_OFFLINE=1), as
+    transformers' from_pretrained would. Only the files a PRM is read from are fetched."""
+    path = Path(name)
+    if path.exists() or not HUB_ID.fullmatch(str(name)):
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(name), allow_patterns=HUB_FILES))
+    except Exception as err:  # noqa: BLE001 - offline, unknown id, no access: one answer with the way out
+        raise PRMError(f"{name}: no such folder, and not fetched as a hub model id ({type(err).__name__}); point to "
+                       f"a prmkit run or a PRM's folder, or download it first (hf download {name} --local-dir "
+                       f"prms/{path.name}) or once online to fill the cache") from None
+
+
 def _config(folder: Path) -> dict:
     path = folder / "config.json"
     if not folder.exists():
         raise PRMError(f"{folder}: no such folder; point to a prmkit run folder, checkpoint or export, or to a public "
-                       "PRM's folder (a model id from the hub is downloaded first: huggingface-cli download "
+                       "PRM's folder (or a hub model id, owner/name: hf download "
                        f"{folder} --local-dir prms/{folder.name})")
     if not path.is_file():
         raise PRMError(f"{folder}: no prmkit.json and no config.json; point to a prmkit run folder, checkpoint or "

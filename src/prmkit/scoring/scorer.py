@@ -21,7 +21,14 @@ from prmkit.loss import scores_from_head
 from prmkit.model import METADATA_FILE, PRMMetadata, context_length, head_name, load_prm
 from prmkit.model import merge_adapter as merge_lora_adapter
 from prmkit.scoring.aggregate import RankedCandidate, rank_candidates
-from prmkit.scoring.formats import PUBLIC_MAX_LENGTH, SEPARATOR, ChainReader, detect_format, load_public_prm
+from prmkit.scoring.formats import (
+    PUBLIC_MAX_LENGTH,
+    SEPARATOR,
+    ChainReader,
+    detect_format,
+    load_public_prm,
+    model_folder,
+)
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
 from prmkit.scoring.options import ScoringOptions
 from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
@@ -170,6 +177,7 @@ def _load(folder: str | Path, prm_format: str | None, *, trust_remote_code: bool
           tokens: dict[str, str]):
     """(model, tokenizer, metadata, reader) of a prmkit run or a public PRM (reader None for a prmkit run)."""
     ScoringOptions(prm_format=prm_format)  # raises on a format name it does not know
+    folder = model_folder(folder)
     if prm_format is None:
         prm_format, why = detect_format(folder)
         if prm_format != "prmkit":  # a guess from the folder: say it, so a wrong one is seen and overridden
