@@ -36,7 +36,8 @@ def test_the_leading_model_folders_are_the_prms_and_the_rest_is_data(qwen, tiny_
     assert prm_names(["a/prm", "b/prm", "c/other"]) == ["prm", "prm-2", "other"]
 
 
-def test_prmkit_eval_puts_several_prms_side_by_side_each_as_evaluated_alone(qwen, shepherd, tmp_path, capsys):
+def test_prmkit_eval_puts_several_prms_side_by_side_each_as_evaluated_alone(tiny_run, qwen, shepherd, tmp_path,
+                                                                          capsys):
     from prmkit.cli import main
     from prmkit.evaluation.evaluate import evaluate
     from prmkit.files import write_jsonl
@@ -45,16 +46,16 @@ def test_prmkit_eval_puts_several_prms_side_by_side_each_as_evaluated_alone(qwen
     rows = [{"prompt": p, "completions": s, "labels": [1] * (len(s) - 1) + [0]} for p, s in CHAINS]
     write_jsonl(rows, tmp_path / "chains.jsonl")
     out = tmp_path / "side-by-side"
-    assert main(["eval", str(qwen[0]), str(shepherd[0]), str(tmp_path / "chains.jsonl"), "--device", "cpu",
-                 "--out", str(out)]) == 0
+    assert main(["eval", str(tiny_run), str(qwen[0]), str(shepherd[0]), str(tmp_path / "chains.jsonl"), "--device",
+                 "cpu", "--out", str(out)]) == 0  # a prmkit run beside a Qwen-format and a Math-Shepherd-format PRM
     printed = capsys.readouterr().out
-    names = [qwen[0].name, shepherd[0].name]  # the folder names: qwen-prm0, math-shepherd0 (pytest numbers them)
+    names = [tiny_run.name, qwen[0].name, shepherd[0].name]  # the folder names (pytest numbers the tmp folders)
     assert "PRMs side by side" in printed and all(name in printed for name in names)
     comparison = json.loads((out / "comparison.json").read_text())
-    assert [(r["split"], r["prm"]) for r in comparison["rows"]] == [("chains", names[0]), ("chains", names[1])]
+    assert [(r["split"], r["prm"]) for r in comparison["rows"]] == [("chains", name) for name in names]
     html = (out / "comparison.html").read_text()
-    assert f'href="{names[0]}/report.html"' in html and (out / names[0] / "report.html").is_file()
-    for row, folder in zip(comparison["rows"], (qwen[0], shepherd[0])):
+    assert f'href="{names[1]}/report.html"' in html and (out / names[1] / "report.html").is_file()
+    for row, folder in zip(comparison["rows"], (tiny_run, qwen[0], shepherd[0])):
         alone = evaluate(folder, [tmp_path / "chains.jsonl"], scoring=ScoringOptions(device="cpu"),
                          progress=lambda _: None).splits["chains"]
         per_prm = json.loads((out / row["prm"] / "metrics.json").read_text())["splits"]["chains"]
