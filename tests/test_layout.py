@@ -19,6 +19,7 @@ ALLOWED = {
     "generation": set(),
     "labeling": {"data", "generation"},
     "search": {"data", "generation", "scoring", "evaluation"},
+    "rl": {"data", "scoring"},  # trains a policy on a PRM's step rewards; nothing imports rl
     "cli": set(),  # cli may import anything; nothing imports cli
 }
 

@@ -1,0 +1,134 @@
+"""Per-token advantages from per-step PRM rewards: the pure math of process-supervised GRPO, free of TRL and torch.
+
+A completion of T tokens is cut into steps; step j ends at token `ends[j]` (the token that holds the step's last
+character) and has a reward r_j. Within a group (the G completions of one prompt):
+
+- `normalize_steps`: every step reward of the group, all completions together, becomes
+  (r - mean) / (std + EPS), mean and std (Bessel-corrected, as TRL's) over all the group's steps. One step in the
+  whole group, or identical rewards (std below 1e-8), gives 0 to every step: there is nothing to prefer.
+- rule `sum` (DeepSeekMath's process supervision): token t gets the sum of the normalised rewards of the steps
+  that end at or after t.
+- rule `min` (PURE's min-form credit assignment): token t gets the minimum of those normalised rewards, so one
+  bad future step sets the value, and a long chain of fair steps cannot add up to outweigh it.
+- rule `outcome` (plain GRPO): every token gets its completion's (r - mean) / (std + EPS) over the group's
+  completion rewards; a group of one completion gets 0.
+
+The rules that make every token well defined (the trainer applies them before calling these functions):
+a completion with no step counts as one step with the floor reward that ends at its last token, so saying nothing
+never escapes the PRM; a step the PRM did not read (cut by its max_length, or past the size limits) gets the floor;
+the last step ends at the completion's last token, so tokens after its text (a trailing separator, the EOS token)
+share its credit instead of getting none.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+RULES = ("sum", "min", "outcome")
+STD_ZERO = 1e-8  # a spread below this is rounding: the rewards count as identical
+EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps), so `outcome` equals TRL's own advantages
+
+
+def group_stats(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and Bessel-corrected std (0 for fewer than two values, where a spread is not defined)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def normalize(values: Sequence[float]) -> list[float]:
+    """(v - mean) / (std + EPS); all zeros when the values are identical or there is only one."""
+    if not values:
+        return []
+    mean, std = group_stats(values)
+    if std < STD_ZERO:
+        # identical rewards: nothing to prefer. The mean of equal floats can differ from them in the last bit, and
+        # (v - mean) / EPS would turn that rounding into a signal
+        return [0.0] * len(values)
+    return [(v - mean) / (std + EPS) for v in values]
+
+
+def normalize_steps(group: Sequence[Sequence[float]]) -> list[list[float]]:
+    """The step rewards of a group's completions, normalised over all the group's steps together."""
+    flat = normalize([r for rewards in group for r in rewards])
+    out, at = [], 0
+    for rewards in group:
+        out.append(flat[at:at + len(rewards)])
+        at += len(rewards)
+    return out
+
+
+def token_values(rewards: Sequence[float], ends: Sequence[int], length: int, rule: str) -> list[float]:
+    """One value per token of a completion of `length` tokens from its (normalised) step rewards, under `sum` or
+    `min`. `ends` are the steps' end tokens, non-decreasing, the last one `length - 1`."""
+    assert len(rewards) == len(ends) and rewards, "every completion has at least one step (the floor rule)"
+    assert ends[-1] == length - 1 and all(a <= b for a, b in itertools.pairwise(ends)), ends
+    values = [0.0] * length
+    future = 0.0 if rule == "sum" else math.inf
+    j = len(rewards) - 1
+    for t in range(length - 1, -1, -1):  # walk backwards, adding each step once its end is reached
+        while j >= 0 and ends[j] >= t:
+            future = future + rewards[j] if rule == "sum" else min(future, rewards[j])
+            j -= 1
+        values[t] = future
+    return values
+
+
+def char_ends(text: str, steps: Sequence[str]) -> list[int]:
+    """The character just past each step in `text`, found in order (steps are stripped pieces of the text). A step
+    not found (a text that decodes differently) ends where the previous one did, sharing its end token."""
+    ends, cursor = [], 0
+    for step in steps:
+        at = text.find(step, cursor)
+        if at >= 0:
+            cursor = at + len(step)
+        ends.append(cursor)
+    return ends
+
+
+def token_ends(ids: Sequence[int], ends: Sequence[int], decode: Callable[[Sequence[int]], str]) -> list[int]:
+    """The token that holds each character end: the first k with len(decode(ids[:k+1])) >= end, found by
+    bisection on the decoded prefixes. A step that ends inside a token ends at that token; decoding the policy's
+    own ids keeps the policy's tokenization (re-encoding the text could cut it differently). The last step is
+    moved to the last token (the trailing-token rule)."""
+    if not ids:
+        return []
+    lengths: dict[int, int] = {}
+
+    def decoded(k: int) -> int:
+        if k not in lengths:
+            lengths[k] = len(decode(ids[:k]))
+        return lengths[k]
+
+    out = []
+    for end in ends:
+        lo, hi = 1, len(ids)
+        while lo < hi:  # smallest prefix length k whose text reaches `end`
+            mid = (lo + hi) // 2
+            if decoded(mid) >= end:
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append(max(lo - 1, out[-1] if out else 0))
+    if out:
+        out[-1] = len(ids) - 1
+    return out
+
+
+def group_advantages(step_rewards: Sequence[Sequence[float]], ends: Sequence[Sequence[int]],
+                     lengths: Sequence[int], outcomes: Sequence[float], rule: str,
+                     outcome_weight: float = 0.0) -> list[list[float]]:
+    """Per-token advantages of one group. `step_rewards[i]`/`ends[i]` are completion i's steps (at least one each),
+    `outcomes[i]` its outcome reward. `sum`/`min` add `outcome_weight` x the normalised outcome to every token;
+    `outcome` uses the normalised outcome alone (the caller folds the PRM's chain reward into `outcomes`)."""
+    if rule not in RULES:
+        raise ValueError(f"advantage rule {rule!r} is not known; use one of {', '.join(RULES)}")
+    outcome = normalize(outcomes)
+    if rule == "outcome":
+        return [[outcome[i]] * lengths[i] for i in range(len(lengths))]
+    normed = normalize_steps(step_rewards)
+    return [[v + outcome_weight * outcome[i] for v in token_values(normed[i], ends[i], lengths[i], rule)]
+            if lengths[i] else [] for i in range(len(lengths))]

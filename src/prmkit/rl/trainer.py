@@ -1,0 +1,171 @@
+"""Process-supervised GRPO: TRL's GRPOTrainer with per-token advantages from a prmkit PRM's step rewards.
+
+    from prmkit import PRMReward
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+    trainer = ProcessGRPOTrainer(model=policy, prm=PRMReward("runs/prm"), train_dataset=rows,
+                                 args=ProcessGRPOConfig(output_dir="grpo", advantage_rule="min"))
+
+The PRM is the trainer's one reward function: TRL samples, calls it once per batch (so it logs the PRM's chain
+reward as `rewards/<name>/mean`), then this class replaces TRL's per-completion advantages with per-token ones
+(`prmkit.rl.advantages`, which documents the rules). Sampling, KL, clipping, the loss and vLLM generation stay
+TRL's: its `_compute_loss` takes advantages of shape (B, T) as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOConfig, GRPOTrainer
+
+from prmkit.answers import AnswerChecker, extract_answer
+from prmkit.data.records import split_steps
+from prmkit.errors import PRMError
+from prmkit.rl.advantages import RULES, char_ends, group_advantages, token_ends
+from prmkit.scoring.aggregate import chain_reward
+from prmkit.scoring.inputs import completion_text
+
+
+@dataclass
+class ProcessGRPOConfig(GRPOConfig):
+    """GRPOConfig plus how step rewards become advantages. `outcome_weight` > 0 adds that weight times the
+    group-normalised answer correctness (the dataset's `answer_column` checked by `prmkit.answers`)."""
+
+    advantage_rule: str = field(default="sum", metadata={"help": "sum, min or outcome"})
+    outcome_weight: float = field(default=0.0, metadata={"help": "weight of answer correctness"})
+    answer_column: str = field(default="answer", metadata={"help": "dataset column with the gold answer"})
+
+    def __post_init__(self):
+        problems = []
+        if self.advantage_rule not in RULES:
+            problems.append(f"advantage_rule={self.advantage_rule!r} is not known; use one of {', '.join(RULES)}")
+        if not self.outcome_weight >= 0:
+            problems.append(f"outcome_weight={self.outcome_weight!r} is negative; use 0 (PRM only) or more")
+        if problems:
+            raise PRMError("; ".join(problems))
+        super().__post_init__()
+
+
+class _StepScores:
+    """The trainer's reward function: asks the PRM for every completion's step scores once, keeps them (and the
+    answers' correctness) for the advantages, and returns the PRM's chain reward for TRL to log."""
+
+    def __init__(self, trainer: ProcessGRPOTrainer, prm):
+        self.trainer, self.prm = trainer, prm
+        self.__name__ = getattr(prm, "__name__", "prm")
+
+    def __call__(self, prompts, completions, completion_ids=None, **columns) -> list[float]:
+        scores = self.prm.step_scores_many(prompts, completions)
+        if inspect.iscoroutine(scores):
+            # TRL calls this from synchronous code; a served PRM's client is async, so it gets a loop of its own in
+            # a thread (the calling thread may already run one, as in a notebook)
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                scores = pool.submit(asyncio.run, scores).result()
+        self.trainer._pending = {"completions": list(completions), "ids": [list(i) for i in completion_ids],
+                                 "scores": list(scores), "correct": self.trainer._correctness(completions, columns)}
+        floor, aggregate = self.prm.floor, self.prm.aggregate
+        return [floor if s is None else chain_reward(s, aggregate, floor, self.prm.truncated) for s in scores]
+
+
+class ProcessGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose advantages are per token, from the step rewards of `prm` (a `PRMReward` or a
+    `RemotePRMReward`; a remote one must be given the run's `separator`, which the trainer needs to find the
+    steps in the policy's tokens)."""
+
+    def __init__(self, model, prm, args: ProcessGRPOConfig | None = None, **kwargs):
+        if "reward_funcs" in kwargs:
+            raise PRMError("ProcessGRPOTrainer takes its reward from prm=; drop reward_funcs= (answer correctness "
+                           "comes in through ProcessGRPOConfig(outcome_weight=..., answer_column=...))")
+        if args is not None and not isinstance(args, ProcessGRPOConfig):
+            raise PRMError(f"args is a {type(args).__name__}; use ProcessGRPOConfig, which adds advantage_rule")
+        self.separator = prm.separator if prm.separator is not None else _run_separator(prm)
+        self.prm = prm
+        self._pending: dict | None = None
+        self._checker: AnswerChecker | None = None
+        super().__init__(model=model, reward_funcs=[_StepScores(self, prm)], args=args, **kwargs)
+
+    def _correctness(self, completions, columns) -> list[float] | None:
+        if self.args.outcome_weight == 0:
+            return None
+        golds = columns.get(self.args.answer_column)
+        if golds is None:
+            raise PRMError(f"outcome_weight={self.args.outcome_weight} needs the gold answers, but the dataset has "
+                           f"no column {self.args.answer_column!r}; set answer_column= to the column that has them")
+        if self._checker is None:
+            self._checker = AnswerChecker()
+        answers = [extract_answer(completion_text(c)) for c in completions]
+        return [float(ok) for ok in self._checker.check_many(answers, [str(g) for g in golds])]
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        pending, self._pending = self._pending, None
+        assert pending is not None, "TRL did not call the PRM reward for this batch"
+        rows = gather_object(list(zip(*self._per_completion(pending))))  # groups may span processes
+        mode = "train" if self.model.training else "eval"
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages = []
+        for start in range(0, len(rows), g):
+            rewards, ends, lengths, outcomes = zip(*[r[:4] for r in rows[start:start + g]])
+            advantages += group_advantages(rewards, ends, lengths, outcomes, self.args.advantage_rule,
+                                           self.args.outcome_weight)
+        local = advantages[self.accelerator.process_index * len(inputs):][:len(inputs)]
+        width = output["completion_ids"].shape[1]
+        table = torch.zeros(len(local), width, device=output["completion_ids"].device)
+        for i, values in enumerate(local):
+            table[i, :len(values)] = torch.tensor(values[:width])
+        output["advantages"] = table
+        self._log_steps(mode, rows)
+        return output
+
+    def _per_completion(self, pending: dict):
+        """Per completion: step rewards (floor rules applied), step end tokens, token count, outcome reward, and
+        flags for the log (no step, a step left unread)."""
+        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+
+        def decode(ids):
+            return tokenizer.decode(ids, skip_special_tokens=True)  # as TRL decodes completions
+
+        floor = self.prm.floor
+        rewards, ends, lengths, outcomes, empty, cut = [], [], [], [], [], []
+        for i, (ids, scores) in enumerate(zip(pending["ids"], pending["scores"])):
+            text = decode(ids)
+            steps = split_steps(text, self.separator)
+            step_rewards = [floor if s is None or math.isnan(s) else float(s) for s in (scores or [])]
+            step_rewards += [floor] * (len(steps) - len(step_rewards))  # a text that split differently: floor
+            empty.append(not step_rewards)
+            cut.append(scores is not None and any(s is None for s in scores))
+            if not step_rewards:
+                step_rewards, steps = [floor], [text]  # no step: one floor step over the whole completion
+            rewards.append(step_rewards)
+            ends.append(token_ends(ids, char_ends(text, steps[:len(step_rewards)]), decode) or [0])
+            lengths.append(len(ids))
+            chain = floor if scores is None else chain_reward(scores, self.prm.aggregate, floor, self.prm.truncated)
+            correct = pending["correct"][i] if pending["correct"] is not None else 0.0
+            outcomes.append(chain + self.args.outcome_weight * correct if self.args.advantage_rule == "outcome"
+                            else correct)
+        return rewards, ends, lengths, outcomes, empty, cut, pending["correct"] or [None] * len(rewards)
+
+    def _log_steps(self, mode: str, rows) -> None:
+        """Beside TRL's metrics: the drift signs of a policy learning to game the PRM (step count, step reward,
+        completions the PRM could not read whole or found no step in) and, with answers, accuracy."""
+        metrics = self._metrics[mode]
+        metrics["process/steps_per_completion"].append(sum(0 if r[4] else len(r[0]) for r in rows) / len(rows))
+        steps = [s for r in rows if not r[4] for s in r[0]]
+        metrics["process/step_reward_mean"].append(sum(steps) / len(steps) if steps else float("nan"))
+        metrics["process/no_step_share"].append(sum(r[4] for r in rows) / len(rows))
+        metrics["process/truncated_share"].append(sum(r[5] for r in rows) / len(rows))
+        if rows[0][6] is not None:
+            metrics["process/answer_accuracy"].append(sum(r[6] for r in rows) / len(rows))
+
+
+def _run_separator(prm):
+    scorer = getattr(prm, "scorer", None)
+    if scorer is None:
+        raise PRMError(f"{prm!r} has no separator: the trainer must cut completions into the PRM's steps itself; "
+                       "give the run's separator, e.g. RemotePRMReward(url, separator='\\n\\n')")
+    return scorer.metadata.separator

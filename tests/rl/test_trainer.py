@@ -1,0 +1,117 @@
+"""ProcessGRPOTrainer inside a real TRL GRPOTrainer run: a tiny policy, a fake PRM with chosen step scores, and the
+advantages TRL's loss receives checked against the formula, token by token."""
+
+from __future__ import annotations
+
+import pytest
+
+trl = pytest.importorskip("trl", reason="TRL is not installed; the README's test command installs prmkit[rl]")
+
+from prmkit.data.records import split_steps
+from prmkit.errors import PRMError
+from prmkit.rl.advantages import char_ends, group_advantages, token_ends
+
+SEPARATOR = " "  # the tiny policy writes spaces often, so its completions have several steps of unequal length
+MAX_READ = 3  # the fake PRM "cuts" every step after the third, as max_length would
+
+
+class FakePRM:
+    """PRMReward's interface with chosen scores: a step scores (its length mod 5) / 4; steps past MAX_READ are None."""
+
+    __name__ = "fake_prm"
+    floor, aggregate, truncated, separator = 0.0, "min", "kept", SEPARATOR
+
+    def __init__(self):
+        self.calls = 0
+
+    @staticmethod
+    def scores_of(text: str) -> list[float | None] | None:
+        steps = split_steps(text, SEPARATOR)
+        return [(len(s) % 5) / 4 if j < MAX_READ else None for j, s in enumerate(steps)] or None
+
+    def step_scores_many(self, prompts, completions):
+        self.calls += 1
+        return [self.scores_of(c) for c in completions]
+
+
+def expected_advantages(tokenizer, rows: list[list[int]], rule: str, g: int) -> list[list[float]]:
+    """The formula, from the completion ids alone: floor for unread steps, one floor step for no step."""
+    def decode(ids):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    out = []
+    for start in range(0, len(rows), g):
+        rewards, ends, lengths = [], [], []
+        for ids in rows[start:start + g]:
+            text = decode(ids)
+            steps = split_steps(text, SEPARATOR) or [text]
+            rewards.append([0.0 if s is None else s for s in (FakePRM.scores_of(text) or [None])])
+            ends.append(token_ends(ids, char_ends(text, steps), decode))
+            lengths.append(len(ids))
+        out += group_advantages(rewards, ends, lengths, [0.0] * len(lengths), rule)
+    return out
+
+
+@pytest.mark.parametrize("rule", ["sum", "min"])
+def test_a_grpo_step_trains_on_per_token_advantages_from_the_step_scores(tiny_llama, tmp_path, rule):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+
+    seen = []
+
+    class Recording(ProcessGRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            seen.append({k: inputs[k].detach().clone() for k in ("advantages", "completion_ids", "completion_mask")})
+            return super()._compute_loss(model, inputs)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    prm = FakePRM()
+    args = ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=4,
+                             num_generations=4, max_completion_length=24, logging_steps=1, report_to=[],
+                             save_strategy="no", temperature=1.0, seed=0, bf16=False, advantage_rule=rule)
+    prompts = ["Tom has 3 apples and buys 2 more.", "A train goes 60 km in 1 hour."]
+    trainer = Recording(model=AutoModelForCausalLM.from_pretrained(tiny_llama), prm=prm, args=args,
+                        train_dataset=Dataset.from_dict({"prompt": prompts * 2}), processing_class=tokenizer)
+    trainer.train()
+
+    assert seen and prm.calls == 1
+    batch = seen[0]
+    adv, ids, mask = batch["advantages"], batch["completion_ids"], batch["completion_mask"]
+    assert adv.dim() == 2 and adv.shape == ids.shape  # (B, T): one advantage per completion token
+    rows = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    # the batch is one prompt's 4 completions, so TRL's shuffling within the batch keeps the group whole
+    expected = expected_advantages(tokenizer, rows, rule, g=4)
+    for i, values in enumerate(expected):
+        assert adv[i, :len(values)].tolist() == pytest.approx(values, abs=1e-5)
+        assert not adv[i, len(values):].any()  # padding carries no advantage
+    assert any(len(set(v)) > 1 for v in expected), "no completion had tokens of different advantage"
+    log = next(e for e in trainer.state.log_history if "process/steps_per_completion" in e)
+    # seed 0 gives long completions: some had steps past MAX_READ, so the floor rule for unread steps was used
+    assert log["process/steps_per_completion"] > 1 and 0 < log["process/truncated_share"] <= 1
+
+
+def test_the_config_rejects_an_unknown_rule_and_a_negative_outcome_weight(tmp_path):
+    from prmkit.rl import ProcessGRPOConfig
+
+    with pytest.raises(PRMError, match=r"advantage_rule='mean' is not known; use one of sum, min, outcome.*"
+                                       r"outcome_weight=-1.0 is negative"):
+        ProcessGRPOConfig(output_dir=str(tmp_path), advantage_rule="mean", outcome_weight=-1.0)
+
+
+def test_a_completion_with_no_step_is_one_floor_step_and_unread_steps_get_the_floor(tokenizer):
+    from types import SimpleNamespace
+
+    from prmkit.rl import ProcessGRPOTrainer
+
+    prm = FakePRM()
+    me = SimpleNamespace(processing_class=tokenizer, prm=prm, separator=SEPARATOR,
+                         args=SimpleNamespace(outcome_weight=0.0, advantage_rule="sum"))
+    texts = ["   ", "ab cdef gh ijk lm"]  # blank (no step); five steps of which the PRM reads three
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    pending = {"ids": ids, "scores": [prm.scores_of(t) for t in texts], "correct": None}
+    rewards, ends, lengths, _, empty, cut, _correct = ProcessGRPOTrainer._per_completion(me, pending)
+    assert rewards == [[0.0], [0.5, 1.0, 0.5, 0.0, 0.0]]  # len % 5 / 4 for "ab", "cdef", "gh"; floor after
+    assert ends[0] == [len(ids[0]) - 1] and ends[1][-1] == len(ids[1]) - 1  # the floor step covers every token
+    assert empty == [True, False] and cut == [False, True] and lengths == [len(i) for i in ids]
