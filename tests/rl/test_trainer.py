@@ -115,3 +115,102 @@ def test_a_completion_with_no_step_is_one_floor_step_and_unread_steps_get_the_fl
     assert rewards == [[0.0], [0.5, 1.0, 0.5, 0.0, 0.0]]  # len % 5 / 4 for "ab", "cdef", "gh"; floor after
     assert ends[0] == [len(ids[0]) - 1] and ends[1][-1] == len(ids[1]) - 1  # the floor step covers every token
     assert empty == [True, False] and cut == [False, True] and lengths == [len(i) for i in ids]
+
+
+def test_outcome_rule_gives_every_token_the_normalised_chain_reward_plus_answer_correctness(tiny_llama, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+    from prmkit.rl.advantages import normalize
+    from prmkit.scoring.aggregate import chain_reward
+
+    seen = []
+
+    class Recording(ProcessGRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            seen.append({k: inputs[k].detach().clone() for k in ("advantages", "completion_ids", "completion_mask")})
+            return super()._compute_loss(model, inputs)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    args = ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=4,
+                             num_generations=4, max_completion_length=24, logging_steps=1, report_to=[],
+                             save_strategy="no", seed=0, bf16=False, advantage_rule="outcome", outcome_weight=2.0)
+    data = Dataset.from_dict({"prompt": ["Tom has 3 apples and buys 2 more."] * 2, "answer": ["5"] * 2})
+    trainer = Recording(model=AutoModelForCausalLM.from_pretrained(tiny_llama), prm=FakePRM(), args=args,
+                        train_dataset=data, processing_class=tokenizer)
+    trainer.train()
+
+    adv, ids, mask = seen[0]["advantages"], seen[0]["completion_ids"], seen[0]["completion_mask"]
+    texts = [tokenizer.decode(row[m.bool()].tolist(), skip_special_tokens=True) for row, m in zip(ids, mask)]
+    # a random tiny policy never writes 5 as its answer: correctness is 0, and the chain reward sets the order
+    log = next(e for e in trainer.state.log_history if "process/answer_accuracy" in e)
+    assert log["process/answer_accuracy"] == 0.0
+    chains = [0.0 if FakePRM.scores_of(t) is None else chain_reward(FakePRM.scores_of(t), "min") for t in texts]
+    assert len(set(chains)) > 1  # the group has something to prefer
+    for i, value in enumerate(normalize(chains)):
+        n = int(mask[i].sum())
+        assert adv[i, :n].tolist() == pytest.approx([value] * n, abs=1e-5)
+
+
+def test_answer_correctness_is_checked_against_the_gold_column_and_a_missing_column_is_named():
+    from types import SimpleNamespace
+
+    from prmkit.rl import ProcessGRPOTrainer
+
+    me = SimpleNamespace(args=SimpleNamespace(outcome_weight=1.0, answer_column="gold"), _checker=None)
+    right, wrong = "3 + 2 = 5 so the answer is 5", "3 + 2 = 6 so the answer is 6"
+    assert ProcessGRPOTrainer._correctness(me, [right, wrong], {"gold": ["5", "5"]}) == [1.0, 0.0]
+    me._checker.close()
+    with pytest.raises(PRMError, match="no column 'gold'; set answer_column="):
+        ProcessGRPOTrainer._correctness(me, [right], {"answer": ["5"]})
+
+
+def test_the_trainer_rejects_its_own_reward_funcs_and_a_remote_prm_without_a_separator(tiny_llama):
+    from prmkit.rl import ProcessGRPOTrainer
+    from prmkit.serving.clients import RemotePRMReward
+
+    with pytest.raises(PRMError, match="drop reward_funcs="):
+        ProcessGRPOTrainer(model=tiny_llama, prm=FakePRM(), reward_funcs=[FakePRM()])
+    with pytest.raises(PRMError, match=r"has no separator.*RemotePRMReward\(url, separator="):
+        ProcessGRPOTrainer(model=tiny_llama, prm=RemotePRMReward("http://127.0.0.1:1"))
+
+
+def test_a_grpo_step_with_a_real_trained_prm_uses_its_step_scores(tiny_llama, tiny_run, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+    from prmkit.scoring.reward import PRMReward
+
+    seen = []
+
+    class Recording(ProcessGRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            seen.append({k: inputs[k].detach().clone() for k in ("advantages", "completion_ids", "completion_mask")})
+            return super()._compute_loss(model, inputs)
+
+    prm = PRMReward(tiny_run, device="cpu", separator=SEPARATOR)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    args = ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=4,
+                             num_generations=4, max_completion_length=24, logging_steps=1, report_to=[],
+                             save_strategy="no", seed=0, bf16=False, advantage_rule="min")
+    prompt = "Tom has 3 apples and buys 2 more."
+    trainer = Recording(model=AutoModelForCausalLM.from_pretrained(tiny_llama), prm=prm, args=args,
+                        train_dataset=Dataset.from_dict({"prompt": [prompt] * 2}), processing_class=tokenizer)
+    trainer.train()
+
+    adv, ids, mask = seen[0]["advantages"], seen[0]["completion_ids"], seen[0]["completion_mask"]
+    rows = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
+    scores = prm.step_scores_many([prompt] * len(texts), texts)  # what prmkit's PRM says of each step
+
+    def decode(token_ids):
+        return tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    rewards = [[0.0 if s is None else s for s in (chain or [None])] for chain in scores]
+    ends = [token_ends(r, char_ends(t, split_steps(t, SEPARATOR) or [t]), decode) for r, t in zip(rows, texts)]
+    expected = group_advantages(rewards, ends, [len(r) for r in rows], [0.0] * len(rows), "min")
+    assert len({s for chain in rewards for s in chain}) > 1
+    for i, values in enumerate(expected):
+        assert adv[i, :len(values)].tolist() == pytest.approx(values, abs=1e-4)
