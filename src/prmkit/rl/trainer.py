@@ -89,6 +89,14 @@ class ProcessGRPOTrainer(GRPOTrainer):
         self._checker: AnswerChecker | None = None
         super().__init__(model=model, reward_funcs=[_StepScores(self, prm)], args=args, **kwargs)
 
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self._checker is not None:  # its worker processes outlive nothing but the training run
+                self._checker.close()
+                self._checker = None
+
     def _correctness(self, completions, columns) -> list[float] | None:
         if self.args.outcome_weight == 0:
             return None
