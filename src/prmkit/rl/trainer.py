@@ -93,7 +93,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         try:
             return super().train(*args, **kwargs)
         finally:
-            if self._checker is not None:  # its worker processes outlive nothing but the training run
+            if self._checker is not None:  # its worker processes live as long as the training run, no longer
                 self._checker.close()
                 self._checker = None
 
