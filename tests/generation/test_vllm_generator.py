@@ -81,6 +81,24 @@ def test_building_the_generator_creates_no_cuda_context_before_vllm_starts(tiny_
     assert built["dtype"] == torch.float16 and built["gpu_memory_utilization"] == 0.5
 
 
+def test_on_cpu_prompts_are_never_prefilled_in_chunks(tiny_llama, monkeypatch):
+    """vLLM's CPU worker rewinds a chunked request's seeded generator, which a CPU torch.Generator cannot do: with
+    chunked prefill the engine dies on a large seeded batch (the real run is in the vLLM tests below)."""
+    built = {}
+    vllm = ModuleType("vllm")
+    vllm.LLM = lambda **kwargs: built.update(kwargs)
+    platforms = ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(device_type="cpu", supported_dtypes=[torch.float32])
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm"))
+    assert built["enable_chunked_prefill"] is False
+    platforms.current_platform = SimpleNamespace(device_type="cuda", supported_dtypes=[torch.float16])
+    built.clear()
+    VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm"))
+    assert "enable_chunked_prefill" not in built  # a GPU keeps vLLM's own scheduling
+
+
 def test_request_seeds_depend_on_the_call_seed_and_the_prompt_place_only():
     assert request_seed(0, 1) == request_seed(0, 1)
     assert len({request_seed(seed, index) for seed in range(3) for index in range(3)}) == 9
@@ -117,6 +135,8 @@ def vllm_answers(tmp_path_factory):
         call(["Tom has"] * 4, 2, 3, stop=STOPS, max_new_tokens=40),
         call(["Each friend gets"], 3, 1, temperature=0),
         call(["Each friend gets"], 1, 9, temperature=0),  # the same prompt greedy again: another call and seed, n=1
+        # seeded samples of more prompt tokens than one scheduler step holds (64 x ~160 > 8,192)
+        call([f"Tom has {i} apples and " * 20 for i in range(64)], 2, 7, max_new_tokens=4),
     ]
     greedy = [call(None, 1, 0, max_new_tokens=GREEDY_TOKENS, temperature=0)]
     models = [{"model": str(tiny), "system_prompt": None, "problems": [], "calls": tiny_calls}]
@@ -202,3 +222,10 @@ def test_search_leaves_the_prm_half_the_gpu_unless_told_otherwise():
     assert memory("--gpu-memory-utilization", "0.7") == 0.7
     label = build_parser().parse_args(["label", "data.jsonl", "out.jsonl", "--policy", "m"])
     assert label.gpu_memory_utilization == GenerationOptions().gpu_memory_utilization  # vLLM alone on its GPU
+
+
+@needs_vllm
+def test_a_seeded_batch_larger_than_one_scheduler_step_is_sampled_whole(vllm_answers):
+    big = vllm_answers[0][7]
+    assert len(big) == 64 and all(len(samples) == 2 for samples in big)
+    assert all(1 <= s.tokens <= 4 for samples in big for s in samples)

@@ -81,6 +81,11 @@ class VLLMGenerator:
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         # A chat template writes its own special tokens; a bare tokenizer adds its BOS the usual way.
         self.add_special_tokens = not getattr(self.tokenizer, "chat_template", None)
+        if platform == "cpu":
+            # With a prompt's prefill cut into chunks, vLLM's CPU worker rewinds that request's seeded generator,
+            # which a CPU torch.Generator cannot do ("CPU Generator does not use offset"): the engine dies on the
+            # first batch of seeded samples whose prompts overflow one scheduler step (e.g. 100 problems x 4).
+            engine_args.setdefault("enable_chunked_prefill", False)
         self.llm = LLM(model=folder, tokenizer=folder, dtype=dtype, seed=self.options.seed,
                        tensor_parallel_size=self.options.tensor_parallel_size,
                        enable_prefix_caching=self.options.enable_prefix_caching,
