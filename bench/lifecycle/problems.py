@@ -1,0 +1,76 @@
+"""Problems for the lifecycle benchmark: prmkit's synthetic arithmetic problems whose gold chain keeps every
+number at or below MAX_VALUE.
+
+The generator's own ranges reach four digits, where a 135M policy's arithmetic fails (a LoRA probe on those solved
+8% greedily). Keeping the problems whose numbers all stay at two digits leaves every template that can produce
+them (3 to 5 steps), so the policy has arithmetic it can learn and chains long enough to go wrong in the middle.
+Filtering the existing generator, rather than a second one, keeps the wording and step layout of the data prmkit
+already tests on.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from prmkit.data.synthetic import generate_records  # noqa: E402
+
+MAX_VALUE = 100
+EQUATION = re.compile(r"(\d+)\s*([-+*/x×])\s*(\d+)\s*=\s*(\d+)")
+ANSWER_SENTENCE = "The answer is \\boxed{{{}}}."
+# Disjoint seeds: the policy's SFT chains, the problems labelled for PRM training, the held-out problems.
+SEEDS = {"sft": 101, "label": 202, "held_out": 303}
+
+
+def small_number_problems(n: int, seed: int, max_value: int = MAX_VALUE) -> list[dict]:
+    """n correct synthetic records (prompt, completions = the gold chain, gold_answer) with every number <= max_value,
+    the same for the same seed."""
+    kept: list[dict] = []
+    batch = 0
+    while len(kept) < n:
+        for record in generate_records(4 * n, seed=seed * 1_000 + batch, correct_fraction=1.0):
+            numbers = [int(x) for step in record["completions"] for x in re.findall(r"\d+", step)]
+            if max(numbers) <= max_value:
+                kept.append({"prompt": record["prompt"], "completions": record["completions"],
+                             "gold_answer": record["gold_answer"]})
+        batch += 1
+    return kept[:n]
+
+
+def gold_values(gold_steps: list[str]) -> list[int]:
+    """The result of each gold step ("... 9 * 4 = 36 ..." -> 36)."""
+    values = []
+    for step in gold_steps:
+        match = EQUATION.search(step)
+        assert match, f"a synthetic gold step has no equation: {step!r}"
+        values.append(int(match.group(4)))
+    return values
+
+
+def solution_text(gold_steps: list[str], gold_answer: str, delimiter: str = "\n\n") -> str:
+    """The policy's target: the gold steps at the delimiter, the last one closing with the boxed answer."""
+    return delimiter.join([*gold_steps[:-1], f"{gold_steps[-1]} {ANSWER_SENTENCE.format(gold_answer)}"])
+
+
+def problem_rows(records: list[dict]) -> list[dict]:
+    """What `prmkit label` and `prmkit search` read: the problem, its gold answer, and the gold chain for the judge."""
+    return [{"id": i, "prompt": r["prompt"], "gold_answer": r["gold_answer"], "gold_steps": r["completions"]}
+            for i, r in enumerate(records)]
+
+
+def disjoint_splits(sizes: dict[str, int]) -> dict[str, list[dict]]:
+    """One list of problems per split in SEEDS; a prompt that an earlier split holds is dropped from later ones."""
+    seen: set[str] = set()
+    out: dict[str, list[dict]] = {}
+    for name in SEEDS:
+        if name not in sizes:
+            continue
+        pool = small_number_problems(2 * sizes[name], SEEDS[name])
+        unique = [r for r in pool if r["prompt"] not in seen]
+        assert len(unique) >= sizes[name], f"too few unique problems for {name}"
+        out[name] = unique[:sizes[name]]
+        seen |= {r["prompt"] for r in out[name]}
+    return out

@@ -1,0 +1,259 @@
+"""The PRM lifecycle on one machine, through prmkit's own commands: a policy that solves a fair share of
+small-number synthetic problems samples solutions; `prmkit label` labels them (mc and omega); `prmkit train` trains
+a PRM on each label source (mc, omega, the exact labels, and the generator's injected-error chains); `prmkit search
+--budgets` searches held-out problems guided by the mc PRM; `prmkit eval` compares the four PRMs on the policy's
+held-out steps; the exact-label PRM re-chooses among the same samples. Prints the final tables and writes
+bench/results/loop.json.
+
+    python bench/loop.py                      # from the cached policy (built first if missing: bench/lifecycle/policy.py)
+    python bench/loop.py --work /tmp/loop     # every stage's files there; run it again after a kill to continue
+
+Each stage is skipped when its output is complete and continued where it stopped otherwise (label and search
+append and resume; training resumes from its last checkpoint). Generation runs on the vLLM backend from .venv-vllm
+when that environment exists (scripts/setup_vllm.sh), else on the transformers backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from lifecycle import analysis  # noqa: E402
+from lifecycle.problems import MAX_VALUE, disjoint_splits, problem_rows  # noqa: E402
+from prmkit.data.synthetic import generate_records  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
+
+LABEL_SOURCES = ("mc", "omega", "exact", "injected")
+SAMPLING = ("majority", "best-of-n", "weighted-best-of-n")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", default="loop-work", help="folder for every stage's files (default: %(default)s)")
+    parser.add_argument("--policy", default=None, help="policy folder (default: the cached benchmark policy)")
+    parser.add_argument("--prm-base", default="smollm2-135m")
+    parser.add_argument("--label-problems", type=int, default=48)
+    parser.add_argument("--solutions", type=int, default=4, help="sampled solutions per labelled problem")
+    parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (mc and omega)")
+    parser.add_argument("--held-out", type=int, default=200)
+    parser.add_argument("--budgets", default="1,2,4,8,16")
+    parser.add_argument("--tree-problems", type=int, default=50, help="held-out problems for beam and DVTS")
+    parser.add_argument("--tree-budgets", default="4,8")
+    parser.add_argument("--eval-per-problem", type=int, default=1, help="held-out samples per problem for eval")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-rounds", type=int, default=6)
+    parser.add_argument("--train-steps", type=int, default=64)
+    parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
+    parser.add_argument("--python", default=sys.executable, help="the environment prmkit train and eval run in")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "loop.json"))
+    return parser.parse_args(argv)
+
+
+class Loop:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.work = Path(args.work).resolve()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.work / "state.json"
+        self.state = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {"stages": {}}
+        vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
+        use_vllm = args.backend == "vllm" or (args.backend == "auto" and vllm_python.is_file())
+        self.backend = "vllm" if use_vllm else "transformers"
+        self.generation_python = str(vllm_python) if use_vllm else args.python
+        # vLLM's CPU backend reserves this share of RAM for its KV cache; the PRM and the checker need the rest.
+        self.generation_flags = ["--backend", self.backend, "--max-new-tokens", str(args.max_new_tokens)] + \
+            (["--gpu-memory-utilization", "0.2"] if use_vllm else ["--generation-batch-size", "32"])
+
+    # --- bookkeeping -------------------------------------------------------------------------------------------
+    def stage(self, name: str, run) -> dict:
+        done = self.state["stages"].get(name)
+        if done and done.get("done"):
+            print(f"== {name}: done before ({done['seconds']:.0f} s)", flush=True)
+            return done
+        print(f"== {name}", flush=True)
+        started = time.perf_counter()
+        result = run() or {}
+        spent = (done or {}).get("seconds_before_resume", 0.0) + time.perf_counter() - started
+        self.state["stages"][name] = {"done": True, "seconds": round(spent, 1), **result}
+        write_json_atomic(self.state_path, self.state)
+        print(f"== {name}: {spent:.0f} s", flush=True)
+        return self.state["stages"][name]
+
+    def prmkit(self, python: str, *argv: str) -> None:
+        command = [python, "-m", "prmkit", *argv]
+        print("$ prmkit " + " ".join(argv), flush=True)
+        env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+        subprocess.run(command, check=True, env=env)
+
+    # --- stages ------------------------------------------------------------------------------------------------
+    def policy(self) -> dict:
+        if self.args.policy:
+            return {"folder": str(Path(self.args.policy).resolve())}
+        from lifecycle.policy import PolicyRecipe, build_policy
+        folder = build_policy(PolicyRecipe())
+        return {"folder": str(folder), "recipe": json.loads((folder / "recipe.json").read_text())}
+
+    def problems(self) -> dict:
+        splits = disjoint_splits({"label": self.args.label_problems, "held_out": self.args.held_out})
+        for name, records in splits.items():
+            write_jsonl(problem_rows(records), self.work / f"{name}.jsonl")
+        # the injected-error PRM's data: the generator's own chains (30% correct, one injected error in the rest) of
+        # the same small numbers, as many chains as the policy's labelled ones
+        injected = [r for r in generate_records(40 * self.args.label_problems * self.args.solutions, seed=404)
+                    if all(int(x) <= MAX_VALUE for s in r["completions"] for x in _numbers(s))]
+        write_jsonl(injected[:self.args.label_problems * self.args.solutions], self.work / "labels-injected.jsonl")
+        return {"label_problems": len(splits["label"]), "held_out": len(splits["held_out"])}
+
+    def label(self, method: str) -> dict:
+        out = self.work / f"labels-{method}.jsonl"
+        self.prmkit(self.generation_python, "label", str(self.work / "label.jsonl"), str(out), "--policy",
+                    self.policy_folder, "--method", method, "--k", str(self.args.k), "--solutions",
+                    str(self.args.solutions), "--problems-per-batch", "16", *self.generation_flags)
+        records = read_jsonl(out)
+        return {"records": len(records), "rollouts": sum(r["label"]["rollouts"] for r in records),
+                "tokens": sum(r["label"]["tokens"] for r in records),
+                "solutions_correct": sum(bool(r["correct"]) for r in records) / len(records)}
+
+    def exact(self) -> dict:
+        problems = {p["prompt"]: p for p in read_jsonl(self.work / "label.jsonl")}
+        mc, omega = (read_jsonl(self.work / f"labels-{m}.jsonl") for m in ("mc", "omega"))
+        assert [r["completions"] for r in mc] == [r["completions"] for r in omega], \
+            "mc and omega labelled different samples; both must sample with the same seed and settings"
+        exact = [analysis.with_exact_labels(r, problems[r["prompt"]]) for r in mc]
+        write_jsonl(exact, self.work / "labels-exact.jsonl")
+        return {"agreement": {"mc": analysis.agreement(mc, exact), "omega": analysis.agreement(omega, exact)},
+                "exact_right_steps": sum(sum(r["labels"]) for r in exact) / sum(len(r["labels"]) for r in exact)}
+
+    def train(self, source: str) -> dict:
+        run = self.work / "runs" / source
+        a = self.args
+        config = {
+            "output_dir": str(self.work / "runs"), "run_name": source,
+            "model": {"base": a.prm_base, "num_layers": 16, "finetune": "lora"},
+            "data": {"train": str(self.work / f"labels-{source}.jsonl"), "max_length": 512},
+            "lora": {"r": 16, "alpha": 32, "top_layers": 8},
+            "training": {"max_steps": a.train_steps, "batch_size": 8, "lr": 5e-4, "head_init": "probe",
+                         "warmup_steps": 5, "logging_steps": 8, "save_steps": max(a.train_steps // 4, 1)},
+        }
+        path = self.work / f"train-{source}.json"
+        write_json_atomic(path, config)
+        resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) and not (run / "prmkit.json").is_file() \
+            else []
+        if not (run / "prmkit.json").is_file():
+            self.prmkit(self.args.python, "train", str(path), *resume)
+        return {"run": str(run)}
+
+    def search(self, name: str, budgets: str, methods: str, limit: int) -> dict:
+        out = self.work / f"{name}.jsonl"
+        self.prmkit(self.generation_python, "search", str(self.work / "runs" / "mc"), str(self.work / "held_out.jsonl"),
+                    str(out), "--policy", self.policy_folder, "--budgets", budgets, "--budget-methods", methods,
+                    "--max-rounds", str(self.args.max_rounds), "--limit", str(limit), "--problems-per-batch", "50",
+                    *self.generation_flags)
+        report = json.loads(out.with_name(f"{out.stem}.budgets.json").read_text())
+        return {"report": report}
+
+    def evaluate(self) -> dict:
+        problems = {p["prompt"]: p for p in read_jsonl(self.work / "held_out.jsonl")}
+        chains = analysis.held_out_chains(read_jsonl(self.work / "search.jsonl"), problems,
+                                          self.args.eval_per_problem)
+        data = self.work / "held_out_steps.jsonl"
+        write_jsonl(chains, data)
+        runs = [str(self.work / "runs" / s) for s in LABEL_SOURCES]
+        out = self.work / "eval"
+        if out.exists():
+            shutil.rmtree(out)  # an eval is one pass over fixed files: a killed one starts again
+        self.prmkit(self.args.python, "eval", *runs, str(data), "--out", str(out), "--report-chains", "20")
+        comparison = json.loads((out / "comparison.json").read_text())
+        return {"chains": len(chains), "steps": sum(len(c["labels"]) for c in chains),
+                "wrong_steps": sum(c["labels"].count(0) for c in chains), "rows": comparison["rows"]}
+
+    def rescore(self) -> dict:
+        """The exact-label PRM's choice among the mc search's samples (the same samples, other scores)."""
+        from prmkit.scoring.aggregate import aggregate
+        from prmkit.scoring.scorer import PRMScorer
+
+        rows = read_jsonl(self.work / "search.jsonl")
+        scorer = PRMScorer.from_pretrained(str(self.work / "runs" / "exact"), device="cpu")
+        how = rows[0]["options"]["aggregate"]
+        rescored = analysis.rescored_rows(rows, scorer.score_many, lambda s: aggregate(s, how))
+        write_jsonl(rescored, self.work / "search-exact-prm.jsonl")
+        return {}
+
+    def report(self) -> dict:
+        rows = {"mc": read_jsonl(self.work / "search.jsonl"), "exact": read_jsonl(self.work / "search-exact-prm.jsonl")}
+        budgets = [int(n) for n in self.args.budgets.split(",")]
+        table = {"greedy": {"1": analysis.bootstrap_accuracy(analysis.outcomes(rows["mc"], "greedy", 1))},
+                 "majority": {}, "pass@N": {}}
+        comparisons = {}
+        for n in budgets:
+            majority = analysis.outcomes(rows["mc"], "majority", n)
+            table["majority"][str(n)] = analysis.bootstrap_accuracy(majority)
+            table["pass@N"][str(n)] = {"accuracy": sum(any(s["correct"] for s in r["samples"][:n])
+                                                       for r in rows["mc"]) / len(rows["mc"])}
+            for prm, prm_rows in rows.items():
+                for method in ("best-of-n", "weighted-best-of-n"):
+                    picked = analysis.outcomes(prm_rows, method, n)
+                    table.setdefault(f"{method} ({prm} PRM)", {})[str(n)] = analysis.bootstrap_accuracy(picked)
+                    comparisons[f"{method} ({prm} PRM) - majority @ {n}"] = analysis.paired_bootstrap(picked, majority)
+        tree = read_jsonl(self.work / "search-tree.jsonl")
+        for method in ("beam", "dvts"):
+            for n in self.args.tree_budgets.split(","):
+                table.setdefault(f"{method} (mc PRM)", {})[n] = analysis.bootstrap_accuracy(
+                    analysis.outcomes(tree, method, int(n)))
+        tokens = {n: sum(sum(s["tokens"] for s in r["samples"][:n]) for r in rows["mc"]) / len(rows["mc"])
+                  for n in budgets}
+        return {"table": table, "comparisons": comparisons, "sample_tokens_per_problem": tokens}
+
+    def run(self) -> dict:
+        a = self.args
+        self.policy_folder = self.stage("policy", self.policy)["folder"]
+        self.stage("problems", self.problems)
+        for method in ("mc", "omega"):
+            self.stage(f"label-{method}", lambda m=method: self.label(m))
+        self.stage("exact-labels", self.exact)
+        for source in LABEL_SOURCES:
+            self.stage(f"train-{source}", lambda s=source: self.train(s))
+        self.stage("search", lambda: self.search("search", a.budgets, ",".join(("greedy", *SAMPLING)), a.held_out))
+        self.stage("search-tree", lambda: self.search("search-tree", a.tree_budgets, "beam,dvts", a.tree_problems))
+        self.stage("eval", self.evaluate)
+        self.stage("rescore", self.rescore)
+        report = self.stage("report", self.report)
+        seconds = {name: s["seconds"] for name, s in self.state["stages"].items()}
+        result = {"command": "python bench/loop.py " + " ".join(sys.argv[1:]), "backend": self.backend,
+                  "machine": f"{platform.machine()}, {os.cpu_count()} cores", "settings": vars(a),
+                  "stages": self.state["stages"], "seconds": seconds,
+                  "loop_seconds": sum(v for k, v in seconds.items() if k != "policy")}
+        write_json_atomic(a.out, result)
+        print_tables(report, self.state["stages"], a.k, Path(a.out).with_suffix(".png"))
+        return result
+
+
+def _numbers(text: str) -> list[str]:
+    import re
+    return re.findall(r"\d+", text)
+
+
+def print_tables(report: dict, stages: dict, k: int, png: Path) -> None:
+    from lifecycle.tables import markdown_tables, plot
+    plot(report, png)
+    print(markdown_tables(report, stages, k))
+    print(f"-> {png}")
+
+
+def main(argv=None) -> None:
+    Loop(parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    main()
