@@ -43,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work", default="loop-work", help="folder for every stage's files (default: %(default)s)")
     parser.add_argument("--policy", default=None, help="policy folder (default: the cached benchmark policy)")
     parser.add_argument("--prm-base", default="smollm2-135m")
+    parser.add_argument("--prm-layers", type=int, default=16, help="model.num_layers of the PRMs (0: all)")
+    parser.add_argument("--prm-top-layers", type=int, default=8, help="lora.top_layers of the PRMs (0: all)")
     parser.add_argument("--label-problems", type=int, default=48)
     parser.add_argument("--solutions", type=int, default=4, help="sampled solutions per labelled problem")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (mc and omega)")
@@ -140,9 +142,9 @@ class Loop:
         a = self.args
         config = {
             "output_dir": str(self.work / "runs"), "run_name": source,
-            "model": {"base": a.prm_base, "num_layers": 16, "finetune": "lora"},
+            "model": {"base": a.prm_base, "num_layers": a.prm_layers or None, "finetune": "lora"},
             "data": {"train": str(self.work / f"labels-{source}.jsonl"), "max_length": 512},
-            "lora": {"r": 16, "alpha": 32, "top_layers": 8},
+            "lora": {"r": 16, "alpha": 32, "top_layers": a.prm_top_layers or None},
             "training": {"max_steps": a.train_steps, "batch_size": 8, "lr": 5e-4, "head_init": "probe",
                          "warmup_steps": 5, "logging_steps": 8, "save_steps": max(a.train_steps // 4, 1)},
         }
@@ -251,8 +253,8 @@ def print_tables(report: dict, stages: dict, k: int, png: Path) -> None:
     print(f"-> {png}")
 
 
-def main(argv=None) -> None:
-    Loop(parse_args(argv)).run()
+def main(argv=None) -> dict:
+    return Loop(parse_args(argv)).run()
 
 
 if __name__ == "__main__":

@@ -50,3 +50,9 @@ def write_jsonl(records: Iterable[dict], path: str | os.PathLike) -> int:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1
     return count
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Every line of a JSONL file prmkit wrote, parsed (blank lines skipped)."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

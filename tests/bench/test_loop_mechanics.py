@@ -1,0 +1,58 @@
+"""bench/loop.py's stages on tiny random models: the mechanics (labels written, PRMs trained, search rows graded,
+the tables made), and a loop killed in the middle of its search continues to the same files."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import loop  # noqa: E402
+from prmkit.files import read_jsonl  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_loop(work: Path, policy: Path, out: Path) -> dict:
+    return loop.main([
+        "--work", str(work), "--policy", str(policy), "--prm-base", str(policy), "--prm-layers", "0",
+        "--prm-top-layers", "0", "--label-problems", "2", "--solutions", "2", "--k", "2", "--held-out", "3",
+        "--budgets", "1,2", "--tree-problems", "2", "--tree-budgets", "4", "--max-new-tokens", "12",
+        "--max-rounds", "2", "--train-steps", "2", "--backend", "transformers", "--out", str(out)])
+
+
+def test_the_loop_runs_every_stage_and_continues_after_a_kill(tiny_llama, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "loop.json"
+    result = tiny_loop(work, tiny_llama, out)
+    mc, omega, exact = (read_jsonl(work / f"labels-{m}.jsonl") for m in ("mc", "omega", "exact"))
+    assert mc and [r["completions"] for r in mc] == [r["completions"] for r in exact]
+    assert all(r["label"]["method"] == "mc" for r in mc) and all(r["label"]["method"] == "omega" for r in omega)
+    assert all(set(r["labels"]) <= {0, 1} and len(r["labels"]) == len(r["completions"]) for r in exact)
+    for source in loop.LABEL_SOURCES:
+        assert (work / "runs" / source / "prmkit.json").is_file()
+    rows = read_jsonl(work / "search.jsonl")
+    assert len(rows) == 3 and all(len(r["samples"]) == 2 and r["greedy"]["correct"] is not None for r in rows)
+    tree = read_jsonl(work / "search-tree.jsonl")
+    assert len(tree) == 2 and all("4" in r["beam"] and "4" in r["dvts"] for r in tree)
+    rescored = read_jsonl(work / "search-exact-prm.jsonl")
+    assert [[s["solution"] for s in r["samples"]] for r in rescored] == [[s["solution"] for s in r["samples"]]
+                                                                        for r in rows]
+    report = result["stages"]["report"]
+    assert set(report["table"]["majority"]) == {"1", "2"}
+    assert "weighted-best-of-n (exact PRM) - majority @ 2" in report["comparisons"]
+    assert [row["prm"] for row in result["stages"]["eval"]["rows"]] == list(loop.LABEL_SOURCES)
+    assert out.with_suffix(".png").is_file() and json.loads(out.read_text())["loop_seconds"] > 0
+
+    # a kill in the middle of the search: the stages from there on are undone and half the rows are gone
+    searched = (work / "search.jsonl").read_bytes()
+    state = json.loads((work / "state.json").read_text())
+    for name in ("search", "search-tree", "eval", "rescore", "report"):
+        del state["stages"][name]
+    (work / "state.json").write_text(json.dumps(state))
+    (work / "search.jsonl").write_bytes(searched[:len(searched) // 2])
+    again = tiny_loop(work, tiny_llama, out)
+    assert (work / "search.jsonl").read_bytes() == searched
+    assert again["stages"]["report"]["table"] == report["table"]
+    assert again["stages"]["train-mc"]["seconds"] == result["stages"]["train-mc"]["seconds"]  # not run again
