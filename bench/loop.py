@@ -49,13 +49,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--solutions", type=int, default=4, help="sampled solutions per labelled problem")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (mc and omega)")
     parser.add_argument("--held-out", type=int, default=200)
-    parser.add_argument("--budgets", default="1,2,4,8,16")
-    parser.add_argument("--tree-problems", type=int, default=50, help="held-out problems for beam and DVTS")
-    parser.add_argument("--tree-budgets", default="4,8")
+    parser.add_argument("--budgets", default="1,2,4,8")
+    parser.add_argument("--tree-problems", type=int, default=20, help="held-out problems for beam and DVTS")
+    parser.add_argument("--tree-budgets", default="4")
     parser.add_argument("--eval-per-problem", type=int, default=1, help="held-out samples per problem for eval")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-rounds", type=int, default=6)
-    parser.add_argument("--train-steps", type=int, default=64)
+    parser.add_argument("--train-steps", type=int, default=48)
     parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
     parser.add_argument("--python", default=sys.executable, help="the environment prmkit train and eval run in")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "loop.json"))
@@ -96,6 +96,10 @@ class Loop:
         command = [python, "-m", "prmkit", *argv]
         print("$ prmkit " + " ".join(argv), flush=True)
         env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+        if python == self.generation_python and self.backend == "vllm":
+            # vLLM's CPU engine keeps one core for itself unless told otherwise; on a small machine that halves
+            # generation, and the engine's own work is light next to the model's
+            env.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
         subprocess.run(command, check=True, env=env)
 
     # --- stages ------------------------------------------------------------------------------------------------

