@@ -30,11 +30,14 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lifecycle import analysis  # noqa: E402
+from lifecycle.policy import PolicyRecipe  # noqa: E402
 from lifecycle.problems import MAX_VALUE, disjoint_splits, problem_rows  # noqa: E402
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
 LABEL_SOURCES = ("mc", "omega", "exact", "injected")
+STAGES = ("policy", "problems", "label-mc", "label-omega", "exact-labels", *(f"train-{s}" for s in LABEL_SOURCES),
+          "search", "search-tree", "eval", "rescore", "report")
 SAMPLING = ("majority", "best-of-n", "weighted-best-of-n")
 
 
@@ -42,14 +45,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default="loop-work", help="folder for every stage's files (default: %(default)s)")
     parser.add_argument("--policy", default=None, help="policy folder (default: the cached benchmark policy)")
-    parser.add_argument("--prm-base", default="smollm2-135m")
+    parser.add_argument("--prm-base", default="smollm2-135m",
+                        help="the PRMs' backbone: 'policy' (the policy folder), an alias or a model folder")
     parser.add_argument("--prm-layers", type=int, default=16, help="model.num_layers of the PRMs (0: all)")
     parser.add_argument("--prm-top-layers", type=int, default=8, help="lora.top_layers of the PRMs (0: all)")
     parser.add_argument("--label-problems", type=int, default=48)
     parser.add_argument("--solutions", type=int, default=4, help="sampled solutions per labelled problem")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (mc and omega)")
     parser.add_argument("--held-out", type=int, default=200)
-    parser.add_argument("--budgets", default="1,2,4,8")
+    parser.add_argument("--validation", type=int, default=64, help="problems a PRM recipe is chosen on "
+                        "(bench/loop_recipes.py), never the held-out ones")
+    parser.add_argument("--budgets", default="1,2,4,8,16")
     parser.add_argument("--tree-problems", type=int, default=20, help="held-out problems for beam and DVTS")
     parser.add_argument("--tree-budgets", default="4")
     parser.add_argument("--eval-per-problem", type=int, default=1, help="held-out samples per problem for eval")
@@ -58,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--train-steps", type=int, default=48)
     parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
     parser.add_argument("--python", default=sys.executable, help="the environment prmkit train and eval run in")
+    parser.add_argument("--stop-after", choices=STAGES, default=None,
+                        help="stop after this stage; run the same command again (without it) to go on")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "loop.json"))
     return parser.parse_args(argv)
 
@@ -82,6 +90,8 @@ class Loop:
         done = self.state["stages"].get(name)
         if done and done.get("done"):
             print(f"== {name}: done before ({done['seconds']:.0f} s)", flush=True)
+            if name == self.args.stop_after:
+                raise StopAfter(name)
             return done
         print(f"== {name}", flush=True)
         started = time.perf_counter()
@@ -90,6 +100,8 @@ class Loop:
         self.state["stages"][name] = {"done": True, "seconds": round(spent, 1), **result}
         write_json_atomic(self.state_path, self.state)
         print(f"== {name}: {spent:.0f} s", flush=True)
+        if name == self.args.stop_after:
+            raise StopAfter(name)
         return self.state["stages"][name]
 
     def prmkit(self, python: str, *argv: str) -> None:
@@ -106,12 +118,16 @@ class Loop:
     def policy(self) -> dict:
         if self.args.policy:
             return {"folder": str(Path(self.args.policy).resolve())}
-        from lifecycle.policy import PolicyRecipe, build_policy
+        from lifecycle.policy import build_policy
         folder = build_policy(PolicyRecipe())
         return {"folder": str(folder), "recipe": json.loads((folder / "recipe.json").read_text())}
 
     def problems(self) -> dict:
-        splits = disjoint_splits({"label": self.args.label_problems, "held_out": self.args.held_out})
+        # the policy's SFT problems come first so that no labelled, held-out or validation problem is one the
+        # policy was fine-tuned on
+        sft_chains = self.state["stages"]["policy"].get("recipe", {}).get("chains", PolicyRecipe().chains)
+        splits = disjoint_splits({"sft": sft_chains, "label": self.args.label_problems,
+                                  "held_out": self.args.held_out, "validation": self.args.validation})
         for name, records in splits.items():
             write_jsonl(problem_rows(records), self.work / f"{name}.jsonl")
         # the injected-error PRM's data: the generator's own chains (30% correct, one injected error in the rest) of
@@ -119,7 +135,8 @@ class Loop:
         injected = [r for r in generate_records(40 * self.args.label_problems * self.args.solutions, seed=404)
                     if all(int(x) <= MAX_VALUE for s in r["completions"] for x in _numbers(s))]
         write_jsonl(injected[:self.args.label_problems * self.args.solutions], self.work / "labels-injected.jsonl")
-        return {"label_problems": len(splits["label"]), "held_out": len(splits["held_out"])}
+        return {"label_problems": len(splits["label"]), "held_out": len(splits["held_out"]),
+                "validation": len(splits["validation"])}
 
     def label(self, method: str) -> dict:
         out = self.work / f"labels-{method}.jsonl"
@@ -141,18 +158,26 @@ class Loop:
         return {"agreement": {"mc": analysis.agreement(mc, exact), "omega": analysis.agreement(omega, exact)},
                 "exact_right_steps": sum(sum(r["labels"]) for r in exact) / sum(len(r["labels"]) for r in exact)}
 
-    def train(self, source: str) -> dict:
-        run = self.work / "runs" / source
+    def prm_config(self, source: str, run_name: str, base: str, layers: int, top_layers: int) -> dict:
+        """The `prmkit train` config of one PRM on labels-<source>.jsonl ('policy' as base: the policy folder)."""
         a = self.args
-        config = {
-            "output_dir": str(self.work / "runs"), "run_name": source,
-            "model": {"base": a.prm_base, "num_layers": a.prm_layers or None, "finetune": "lora"},
+        return {
+            "output_dir": str(self.work / "runs"), "run_name": run_name,
+            "model": {"base": self.policy_folder if base == "policy" else base, "num_layers": layers or None,
+                      "finetune": "lora"},
             "data": {"train": str(self.work / f"labels-{source}.jsonl"), "max_length": 512},
-            "lora": {"r": 16, "alpha": 32, "top_layers": a.prm_top_layers or None},
+            "lora": {"r": 16, "alpha": 32, "top_layers": top_layers or None},
             "training": {"max_steps": a.train_steps, "batch_size": 8, "lr": 5e-4, "head_init": "probe",
                          "warmup_steps": 5, "logging_steps": 8, "save_steps": max(a.train_steps // 4, 1)},
         }
-        path = self.work / f"train-{source}.json"
+
+    def train(self, source: str, run_name: str | None = None, config: dict | None = None) -> dict:
+        """Train (or resume, or find finished) the PRM runs/<run_name> on labels-<source>.jsonl."""
+        a = self.args
+        run_name = run_name or source
+        run = self.work / "runs" / run_name
+        config = config or self.prm_config(source, run_name, a.prm_base, a.prm_layers, a.prm_top_layers)
+        path = self.work / f"train-{run_name}.json"
         write_json_atomic(path, config)
         resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) and not (run / "prmkit.json").is_file() \
             else []
@@ -222,6 +247,13 @@ class Loop:
         return {"table": table, "comparisons": comparisons, "sample_tokens_per_problem": tokens}
 
     def run(self) -> dict:
+        try:
+            return self.run_stages()
+        except StopAfter as stop:
+            print(f"stopped after {stop}; run the command again without --stop-after to go on", flush=True)
+            return {"stages": self.state["stages"]}
+
+    def run_stages(self) -> dict:
         a = self.args
         self.policy_folder = self.stage("policy", self.policy)["folder"]
         self.stage("problems", self.problems)
@@ -243,6 +275,10 @@ class Loop:
         write_json_atomic(a.out, result)
         print_tables(report, self.state["stages"], a.k, Path(a.out).with_suffix(".png"))
         return result
+
+
+class StopAfter(Exception):
+    """Raised after the stage --stop-after names."""
 
 
 def _numbers(text: str) -> list[str]:

@@ -21,8 +21,9 @@ from prmkit.data.synthetic import generate_records  # noqa: E402
 MAX_VALUE = 100
 EQUATION = re.compile(r"(\d+)\s*([-+*/x×])\s*(\d+)\s*=\s*(\d+)")
 ANSWER_SENTENCE = "The answer is \\boxed{{{}}}."
-# Disjoint seeds: the policy's SFT chains, the problems labelled for PRM training, the held-out problems.
-SEEDS = {"sft": 101, "label": 202, "held_out": 303}
+# Disjoint seeds: the policy's SFT chains, the problems labelled for PRM training, the held-out problems, and the
+# validation problems a PRM recipe is chosen on (so the held-out ones never steer a choice).
+SEEDS = {"sft": 101, "label": 202, "held_out": 303, "validation": 505}
 
 
 def small_number_problems(n: int, seed: int, max_value: int = MAX_VALUE) -> list[dict]:

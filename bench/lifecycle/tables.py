@@ -47,12 +47,12 @@ def agreement_table(agreement: dict, k: int) -> str:
 def auroc_table(rows: list[dict]) -> str:
     lines = ["| PRM trained on | held-out step AUROC | error F1 | best-of-N (min) |", "|---|---:|---:|---:|"]
     for row in rows:
-        lines.append(f"| {row['prm']} | {_num(row.get('AUROC'))} | {_num(row.get('error F1'))} | "
-                     f"{_num(row.get('best-of-N (min)'))} |")
+        lines.append(f"| {row['prm']} | {number(row.get('AUROC'))} | {number(row.get('error F1'))} | "
+                     f"{number(row.get('best-of-N (min)'))} |")
     return "\n".join(lines)
 
 
-def _num(value) -> str:
+def number(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 

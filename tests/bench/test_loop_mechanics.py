@@ -10,21 +10,29 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import loop  # noqa: E402
+import loop_recipes  # noqa: E402
 from prmkit.files import read_jsonl  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-def tiny_loop(work: Path, policy: Path, out: Path) -> dict:
-    return loop.main([
+def tiny_loop(work: Path, policy: Path, out: Path, *extra: str) -> dict:
+    return loop.main([*extra,
         "--work", str(work), "--policy", str(policy), "--prm-base", str(policy), "--prm-layers", "0",
-        "--prm-top-layers", "0", "--label-problems", "2", "--solutions", "2", "--k", "2", "--held-out", "3",
+        "--prm-top-layers", "0", "--label-problems", "2", "--solutions", "2", "--k", "2", "--held-out", "3", "--validation", "3",
         "--budgets", "1,2", "--tree-problems", "2", "--tree-budgets", "4", "--max-new-tokens", "12",
         "--max-rounds", "2", "--train-steps", "2", "--backend", "transformers", "--out", str(out)])
 
 
 def test_the_loop_runs_every_stage_and_continues_after_a_kill(tiny_llama, tmp_path):
     work, out = tmp_path / "work", tmp_path / "loop.json"
+    stopped = tiny_loop(work, tiny_llama, out, "--stop-after", "exact-labels")
+    assert list(stopped["stages"]) == list(loop.STAGES[:loop.STAGES.index("exact-labels") + 1])
+    assert not (work / "runs").exists() and not out.exists()
+    problems = {split: [r["prompt"] for r in read_jsonl(work / f"{split}.jsonl")]
+                for split in ("label", "held_out", "validation")}
+    assert len({p for prompts in problems.values() for p in prompts}) == sum(map(len, problems.values()))
+
     result = tiny_loop(work, tiny_llama, out)
     mc, omega, exact = (read_jsonl(work / f"labels-{m}.jsonl") for m in ("mc", "omega", "exact"))
     assert mc and [r["completions"] for r in mc] == [r["completions"] for r in exact]
@@ -56,3 +64,24 @@ def test_the_loop_runs_every_stage_and_continues_after_a_kill(tiny_llama, tmp_pa
     assert (work / "search.jsonl").read_bytes() == searched
     assert again["stages"]["report"]["table"] == report["table"]
     assert again["stages"]["train-mc"]["seconds"] == result["stages"]["train-mc"]["seconds"]  # not run again
+
+
+def test_the_recipe_choice_trains_each_recipe_and_scores_the_same_validation_samples(tiny_llama, tmp_path,
+                                                                                       monkeypatch):
+    work = tmp_path / "work"
+    tiny_loop(work, tiny_llama, tmp_path / "loop.json", "--stop-after", "exact-labels")
+    monkeypatch.setattr(loop_recipes, "RECIPES", [("mc", "policy", 0, 0), ("exact", "policy", 0, 0)])
+    report = loop_recipes.main(["--work", str(work), "--n", "2", "--out", str(tmp_path / "recipes.json"),
+                                "--max-new-tokens", "12", "--backend", "transformers"])
+    names = ["mc-policy-alllayers-topall", "exact-policy-alllayers-topall"]
+    assert list(report["recipes"]) == names
+    for name in names:
+        assert (work / "runs" / f"recipe-{name}" / "prmkit.json").is_file()
+        cells = report["recipes"][name]["aggregates"]
+        assert set(cells) == set(loop_recipes.AGGREGATES)
+        assert all(0 <= c["best-of-n"] <= 1 and "weighted-best-of-n - majority" in c for c in cells.values())
+    rows = [read_jsonl(work / f"validation-{name}.jsonl") for name in names]
+    assert [[s["solution"] for s in r["samples"]] for r in rows[0]] == \
+        [[s["solution"] for s in r["samples"]] for r in rows[1]]
+    assert len(rows[0]) == 3 and all(len(r["samples"]) == 2 for r in rows[0])
+
