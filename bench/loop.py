@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -130,11 +131,9 @@ class Loop:
                                   "held_out": self.args.held_out, "validation": self.args.validation})
         for name, records in splits.items():
             write_jsonl(problem_rows(records), self.work / f"{name}.jsonl")
-        # the injected-error PRM's data: the generator's own chains (30% correct, one injected error in the rest) of
-        # the same small numbers, as many chains as the policy's labelled ones
-        injected = [r for r in generate_records(40 * self.args.label_problems * self.args.solutions, seed=404)
-                    if all(int(x) <= MAX_VALUE for s in r["completions"] for x in _numbers(s))]
-        write_jsonl(injected[:self.args.label_problems * self.args.solutions], self.work / "labels-injected.jsonl")
+        # the injected-error PRM's data: as many of the generator's own chains as the policy's labelled ones
+        write_jsonl(injected_chains(self.args.label_problems * self.args.solutions),
+                    self.work / "labels-injected.jsonl")
         return {"label_problems": len(splits["label"]), "held_out": len(splits["held_out"]),
                 "validation": len(splits["validation"])}
 
@@ -281,9 +280,17 @@ class StopAfter(Exception):
     """Raised after the stage --stop-after names."""
 
 
-def _numbers(text: str) -> list[str]:
-    import re
-    return re.findall(r"\d+", text)
+def injected_chains(n: int) -> list[dict]:
+    """n of the synthetic generator's own chains (30% correct, one injected error in the rest) whose numbers all
+    stay at or below MAX_VALUE, like the benchmark's problems; the same for the same n."""
+    kept: list[dict] = []
+    for batch in range(1_000):
+        records = generate_records(40 * n, seed=404 if batch == 0 else 404_000 + batch)
+        kept += [r for r in records
+                 if all(int(x) <= MAX_VALUE for step in r["completions"] for x in re.findall(r"\d+", step))]
+        if len(kept) >= n:
+            return kept[:n]
+    raise AssertionError(f"the generator gave fewer than {n} small-number chains")
 
 
 def print_tables(report: dict, stages: dict, k: int, png: Path) -> None:

@@ -3,8 +3,9 @@
 After `python bench/loop.py --stop-after exact-labels` has sampled and labelled the policy's solutions, this trains
 one PRM per recipe (label source x backbone x depth) on those labels, samples N solutions for each validation
 problem once, and scores them with every PRM. Per recipe it reports what search needs from a PRM: the step AUROC
-against the exact labels, the chain AUROC (the aggregate against the sample's final correctness, within the
-validation set), and best-of-N and weighted best-of-N accuracy against majority voting at N, per aggregation.
+against the exact labels, the chain AUROC (the aggregate against the sample's final correctness, over the whole
+validation set), the within-problem AUROC (right against wrong samples of one problem: what best-of-N needs), and
+best-of-N and weighted best-of-N accuracy against majority voting at N, per aggregation.
 
     python bench/loop_recipes.py --work loop-work      # with the same bench/loop.py flags as the loop's run
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,27 +26,37 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import loop  # noqa: E402
 from lifecycle import analysis  # noqa: E402
+from lifecycle.policy import PolicyRecipe  # noqa: E402
+from lifecycle.problems import disjoint_splits, problem_rows  # noqa: E402
 from lifecycle.tables import number  # noqa: E402
 from prmkit.evaluation.metrics import auroc  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 from prmkit.scoring.aggregate import aggregate  # noqa: E402
 from prmkit.scoring.scorer import PRMScorer  # noqa: E402
 
-# (label source, backbone, num_layers, lora.top_layers); 0 layers: all of them
+@dataclass(frozen=True)
+class Recipe:
+    source: str  # mc, exact (the loop's labelled chains), or injected (the synthetic generator's chains)
+    base: str = "smollm2-135m"  # or 'policy': the policy folder
+    layers: int = 16  # model.num_layers; 0: all
+    top: int = 8  # lora.top_layers; 0: all
+    chains: int = 0  # 0: the loop's labelled chains; else this many chains of the source (more data)
+    steps: int = 0  # training steps; 0: the loop's
+
+    @property
+    def name(self) -> str:
+        backbone = "policy" if self.base == "policy" else Path(self.base).name
+        more = f"-{self.chains}chains-{self.steps}steps" if self.chains else ""
+        return f"{self.source}-{backbone}-{self.layers or 'all'}layers-top{self.top or 'all'}{more}"
+
+
 RECIPES = [
-    ("mc", "smollm2-135m", 16, 8),
-    ("mc", "policy", 16, 8),
-    ("mc", "policy", 0, 8),
-    ("exact", "smollm2-135m", 16, 8),
-    ("exact", "policy", 16, 8),
-    ("exact", "policy", 0, 8),
+    Recipe("mc"), Recipe("mc", "policy"), Recipe("mc", "policy", 0),
+    Recipe("exact"), Recipe("exact", "policy"),
+    # is the PRM short of labelled chains? the same recipe on 4x and 8x the chains, labels that cost no rollouts
+    Recipe("exact", chains=800, steps=200), Recipe("injected", chains=1600, steps=200),
 ]
 AGGREGATES = ("last", "min", "prod", "mean")
-
-
-def recipe_name(source: str, base: str, layers: int, top: int) -> str:
-    backbone = "policy" if base == "policy" else Path(base).name
-    return f"{source}-{backbone}-{layers or 'all'}layers-top{top or 'all'}"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -76,13 +88,51 @@ def chain_metrics(rows: list[dict], problems: dict[str, dict], n: int) -> dict:
                                       for s in row["samples"]]} for row in rows]
         chain_scores = [s["score"] for r in scored for s in r["samples"] if s["score"] is not None]
         chain_right = [bool(s["correct"]) for r in scored for s in r["samples"] if s["score"] is not None]
-        cell = {"chain_auroc": auroc(chain_scores, chain_right)}
+        cell = {"chain_auroc": auroc(chain_scores, chain_right),
+                "within_problem": analysis.within_problem_auroc(scored, n)}
         for method in ("best-of-n", "weighted-best-of-n"):
             picked = analysis.outcomes(scored, method, n)
             cell[method] = sum(picked) / len(picked)
             cell[f"{method} - majority"] = analysis.paired_bootstrap(picked, majority)
         out["aggregates"][how] = cell
     return out
+
+
+def recipe_result(recipe: Recipe, rows: list[dict], problems: dict, n: int) -> dict:
+    return {**asdict(recipe), **chain_metrics(rows, problems, n)}
+
+
+def sample(runner: loop.Loop, prm: Path, problems: Path, out: Path, n: int) -> None:
+    """n policy solutions per problem (prmkit search's budget rows; the PRM's scores are not used here)."""
+    runner.prmkit(runner.generation_python, "search", str(prm), str(problems), str(out), "--policy",
+                  runner.policy_folder, "--budgets", str(n), "--budget-methods", "majority,best-of-n",
+                  "--problems-per-batch", "64", *runner.generation_flags)
+
+
+def more_chains(runner: loop.Loop, recipe: Recipe) -> str:
+    """Write labels-<source>-<chains>.jsonl and return its source name: the policy's solutions of problems no
+    other split holds with their exact labels, or the synthetic generator's chains."""
+    work, source = runner.work, f"{recipe.source}-{recipe.chains}"
+    path = work / f"labels-{source}.jsonl"
+    if path.is_file():
+        return source
+    if recipe.source == "injected":
+        write_jsonl(loop.injected_chains(recipe.chains), path)
+        return source
+    assert recipe.source == "exact", f"more chains of {recipe.source} labels cost rollouts; not built here"
+    per_problem = 4
+    splits = disjoint_splits({"sft": PolicyRecipe().chains, "label": runner.args.label_problems,
+                              "held_out": runner.args.held_out, "validation": runner.args.validation,
+                              "scale": recipe.chains // per_problem})
+    write_jsonl(problem_rows(splits["scale"]), work / "scale.jsonl")
+    rows_path = work / "scale-samples.jsonl"
+    # prmkit search scores what it samples, so it needs some PRM: any trained one (its scores are not used)
+    prm = next((run for run in sorted((work / "runs").glob("*")) if (run / "prmkit.json").is_file()), None)
+    assert prm, "no trained PRM yet to sample with: list a recipe on the loop's own labels first"
+    sample(runner, prm, work / "scale.jsonl", rows_path, per_problem)
+    problems = {p["prompt"]: p for p in read_jsonl(work / "scale.jsonl")}
+    write_jsonl(analysis.held_out_chains(read_jsonl(rows_path), problems, per_problem), path)
+    return source
 
 
 def main(argv=None) -> dict:
@@ -94,28 +144,27 @@ def main(argv=None) -> dict:
     runner = loop.Loop(loop.parse_args(["--work", str(work), *args.loop_flags]))
     runner.policy_folder = state["stages"]["policy"]["folder"]
     problems = {p["prompt"]: p for p in read_jsonl(work / "validation.jsonl")}
-    results_path = work / "recipes.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     samples = work / "validation-samples.jsonl"
-    for source, base, layers, top in RECIPES:
-        name = recipe_name(source, base, layers, top)
-        if name in results:
+    results = {}
+    for recipe in RECIPES:
+        name = recipe.name
+        scored = work / f"validation-{name}.jsonl"  # a PRM's scores of the samples: the metrics are made anew
+        if scored.is_file():
+            results[name] = recipe_result(recipe, read_jsonl(scored), problems, args.n)
             continue
-        config = runner.prm_config(source, f"recipe-{name}", base, layers, top)
+        source = more_chains(runner, recipe) if recipe.chains else recipe.source
+        config = runner.prm_config(source, f"recipe-{name}", recipe.base, recipe.layers, recipe.top)
+        if recipe.steps:
+            config["training"].update(max_steps=recipe.steps, save_steps=max(recipe.steps // 4, 1))
         runner.train(source, f"recipe-{name}", config)
         run = work / "runs" / f"recipe-{name}"
         if not samples.is_file() or len(read_jsonl(samples)) < len(problems):
             # sampled once, with the first PRM; every PRM then scores the same samples
-            runner.prmkit(runner.generation_python, "search", str(run), str(work / "validation.jsonl"),
-                          str(samples), "--policy", runner.policy_folder, "--budgets", str(args.n),
-                          "--budget-methods", "majority,best-of-n", "--problems-per-batch", "64",
-                          *runner.generation_flags)
+            sample(runner, run, work / "validation.jsonl", samples, args.n)
         scorer = PRMScorer.from_pretrained(str(run), device="cpu")
         rows = analysis.rescored_rows(read_jsonl(samples), scorer.score_many, lambda s: aggregate(s, "last"))
-        write_jsonl(rows, work / f"validation-{name}.jsonl")
-        results[name] = {"source": source, "base": base, "num_layers": layers or "all", "top_layers": top or "all",
-                         **chain_metrics(rows, problems, args.n)}
-        write_json_atomic(results_path, results)
+        write_jsonl(rows, scored)
+        results[name] = recipe_result(recipe, rows, problems, args.n)
         print(json.dumps({name: results[name]}, indent=1), flush=True)
     report = {"command": "python bench/loop_recipes.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "validation_problems": len(problems), "n": args.n, "recipes": results}
@@ -126,12 +175,13 @@ def main(argv=None) -> dict:
 
 def recipe_table(report: dict) -> str:
     n = report["n"]
-    lines = [f"| recipe | step AUROC | aggregate | chain AUROC | best-of-{n} | weighted best-of-{n} | "
-             f"majority@{n} | weighted - majority [95%] |", "|---" * 8 + "|"]
+    lines = [f"| recipe | step AUROC | aggregate | chain AUROC | within-problem AUROC | best-of-{n} | "
+             f"weighted best-of-{n} | majority@{n} | weighted - majority [95%] |", "|---" * 9 + "|"]
     for name, r in report["recipes"].items():
         for how, cell in r["aggregates"].items():
             d = cell["weighted-best-of-n - majority"]
             lines.append(f"| {name} | {number(r['step_auroc'])} | {how} | {number(cell['chain_auroc'])} | "
+                         f"{number(cell['within_problem']['auroc'])} | "
                          f"{cell['best-of-n']:.3f} | {cell['weighted-best-of-n']:.3f} | {r['majority']:.3f} | "
                          f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |")
     return "\n".join(lines)

@@ -87,6 +87,30 @@ def outcomes(rows: list[dict], method: str, n: int) -> list[int]:
     return [int(bool(choose_entry(method, r["samples"][:n])["correct"])) for r in rows]
 
 
+def within_problem_auroc(rows: list[dict], n: int | None = None) -> dict:
+    """How often the PRM's aggregate puts a right sample above a wrong one of the same problem (ties half), over
+    every such pair among the first n samples: what best-of-N needs from a PRM, free of how hard each problem is
+    (a chain AUROC over all problems also rewards knowing which problems are hard). Also the share of distinct
+    texts among right and among wrong samples: right samples tend to be copies of one chain, wrong ones differ."""
+    pairs = wins = 0.0
+    distinct = {"right": [], "wrong": []}
+    for row in rows:
+        samples = row["samples"][:n]
+        right = [s for s in samples if s["correct"]]
+        wrong = [s for s in samples if not s["correct"]]
+        for name, group in (("right", right), ("wrong", wrong)):
+            if group:
+                distinct[name].append(len({s["solution"] for s in group}) / len(group))
+        for a in right:
+            for b in wrong:
+                if a["score"] is None or b["score"] is None:
+                    continue
+                pairs += 1
+                wins += 1.0 if a["score"] > b["score"] else 0.5 if a["score"] == b["score"] else 0.0
+    return {"auroc": wins / pairs if pairs else None, "pairs": int(pairs),
+            **{f"distinct_{k}": sum(v) / len(v) if v else None for k, v in distinct.items()}}
+
+
 def paired_bootstrap(a: Iterable[int], b: Iterable[int], *, iterations: int = 10_000, seed: int = 0) -> dict:
     """Mean of a - b over problems with a 95% percentile interval, resampling problems (the pairs) together."""
     diffs = [x - y for x, y in zip(a, b, strict=True)]

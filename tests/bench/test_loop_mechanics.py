@@ -70,10 +70,11 @@ def test_the_recipe_choice_trains_each_recipe_and_scores_the_same_validation_sam
                                                                                        monkeypatch):
     work = tmp_path / "work"
     tiny_loop(work, tiny_llama, tmp_path / "loop.json", "--stop-after", "exact-labels")
-    monkeypatch.setattr(loop_recipes, "RECIPES", [("mc", "policy", 0, 0), ("exact", "policy", 0, 0)])
+    monkeypatch.setattr(loop_recipes, "RECIPES", [loop_recipes.Recipe("mc", "policy", 0, 0),
+                                                  loop_recipes.Recipe("exact", "policy", 0, 0, chains=4, steps=1)])
     report = loop_recipes.main(["--work", str(work), "--n", "2", "--out", str(tmp_path / "recipes.json"),
                                 "--max-new-tokens", "12", "--backend", "transformers"])
-    names = ["mc-policy-alllayers-topall", "exact-policy-alllayers-topall"]
+    names = ["mc-policy-alllayers-topall", "exact-policy-alllayers-topall-4chains-1steps"]
     assert list(report["recipes"]) == names
     for name in names:
         assert (work / "runs" / f"recipe-{name}" / "prmkit.json").is_file()
@@ -84,4 +85,9 @@ def test_the_recipe_choice_trains_each_recipe_and_scores_the_same_validation_sam
     assert [[s["solution"] for s in r["samples"]] for r in rows[0]] == \
         [[s["solution"] for s in r["samples"]] for r in rows[1]]
     assert len(rows[0]) == 3 and all(len(r["samples"]) == 2 for r in rows[0])
+    # the larger set: the policy's solutions of problems no other split holds, exactly labelled
+    more = read_jsonl(work / "labels-exact-4.jsonl")
+    seen = {r["prompt"] for split in ("label", "held_out", "validation") for r in read_jsonl(work / f"{split}.jsonl")}
+    assert more and not {r["prompt"] for r in more} & seen
+    assert all(set(r["labels"]) <= {0, 1} and len(r["labels"]) == len(r["completions"]) for r in more)
 
