@@ -73,3 +73,25 @@ def test_small_number_problems_keep_every_number_small_and_repeat_for_a_seed():
 def judge_row(row: dict) -> bool:
     steps = solution_text(row["gold_steps"], row["gold_answer"]).split("\n\n")
     return exact_labels(row["prompt"], steps, gold_values(row["gold_steps"]), row["gold_answer"]) == [1] * len(steps)
+
+
+def sample(text: str, correct: bool, score: float | None) -> dict:
+    return {"solution": text, "correct": correct, "score": score}
+
+
+def test_within_problem_auroc_counts_right_over_wrong_pairs_of_one_problem_only():
+    from lifecycle.analysis import within_problem_auroc
+
+    rows = [
+        # two copies of the right text above one wrong sample, below another: 2 of 4 pairs, ties count half
+        {"samples": [sample("a", True, 0.6), sample("a", True, 0.6), sample("b", False, 0.5),
+                     sample("c", False, 0.6)]},
+        # no wrong sample: no pair, though its right sample scores far below the other problem's
+        {"samples": [sample("d", True, 0.1)]},
+        # an unscored sample makes no pair
+        {"samples": [sample("e", True, 0.9), sample("f", False, None)]},
+    ]
+    result = within_problem_auroc(rows)
+    assert result["pairs"] == 4 and result["auroc"] == (1 + 1 + 0.5 + 0.5) / 4
+    assert result["distinct_right"] == (0.5 + 1 + 1) / 3 and result["distinct_wrong"] == 1.0
+    assert within_problem_auroc(rows, n=1)["pairs"] == 0 and within_problem_auroc(rows, n=1)["auroc"] is None
