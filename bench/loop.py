@@ -123,12 +123,15 @@ class Loop:
         folder = build_policy(PolicyRecipe())
         return {"folder": str(folder), "recipe": json.loads((folder / "recipe.json").read_text())}
 
-    def problems(self) -> dict:
-        # the policy's SFT problems come first so that no labelled, held-out or validation problem is one the
-        # policy was fine-tuned on
+    def split_sizes(self) -> dict[str, int]:
+        """The problem splits' sizes. The policy's SFT problems come first so that no labelled, held-out or
+        validation problem is one the policy was fine-tuned on."""
         sft_chains = self.state["stages"]["policy"].get("recipe", {}).get("chains", PolicyRecipe().chains)
-        splits = disjoint_splits({"sft": sft_chains, "label": self.args.label_problems,
-                                  "held_out": self.args.held_out, "validation": self.args.validation})
+        return {"sft": sft_chains, "label": self.args.label_problems, "held_out": self.args.held_out,
+                "validation": self.args.validation}
+
+    def problems(self) -> dict:
+        splits = disjoint_splits(self.split_sizes())
         for name, records in splits.items():
             write_jsonl(problem_rows(records), self.work / f"{name}.jsonl")
         # the injected-error PRM's data: as many of the generator's own chains as the policy's labelled ones

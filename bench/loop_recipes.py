@@ -26,13 +26,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import loop  # noqa: E402
 from lifecycle import analysis  # noqa: E402
-from lifecycle.policy import PolicyRecipe  # noqa: E402
 from lifecycle.problems import disjoint_splits, problem_rows  # noqa: E402
 from lifecycle.tables import number  # noqa: E402
 from prmkit.evaluation.metrics import auroc  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 from prmkit.scoring.aggregate import aggregate  # noqa: E402
 from prmkit.scoring.scorer import PRMScorer  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -70,7 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def chain_metrics(rows: list[dict], problems: dict[str, dict], n: int) -> dict:
-    """Step AUROC against exact labels, and per aggregation the chain AUROC and the choosers' accuracy at n."""
+    """Step AUROC against exact labels, and per aggregation the chain AUROC, the within-problem AUROC and the
+    choosers' accuracy at n."""
     step_scores, step_labels = [], []
     for row in rows:
         problem = problems[row["prompt"]]
@@ -121,9 +122,7 @@ def more_chains(runner: loop.Loop, recipe: Recipe) -> str:
         return source
     assert recipe.source == "exact", f"more chains of {recipe.source} labels cost rollouts; not built here"
     per_problem = 4
-    splits = disjoint_splits({"sft": PolicyRecipe().chains, "label": runner.args.label_problems,
-                              "held_out": runner.args.held_out, "validation": runner.args.validation,
-                              "scale": recipe.chains // per_problem})
+    splits = disjoint_splits({**runner.split_sizes(), "scale": recipe.chains // per_problem})
     write_jsonl(problem_rows(splits["scale"]), work / "scale.jsonl")
     rows_path = work / "scale-samples.jsonl"
     # prmkit search scores what it samples, so it needs some PRM: any trained one (its scores are not used)
@@ -138,11 +137,11 @@ def more_chains(runner: loop.Loop, recipe: Recipe) -> str:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     work = Path(args.work).resolve()
-    state = json.loads((work / "state.json").read_text())
-    assert state["stages"].get("exact-labels", {}).get("done"), \
-        f"{work} has no exact labels yet: run python bench/loop.py --work {args.work} --stop-after exact-labels"
     runner = loop.Loop(loop.parse_args(["--work", str(work), *args.loop_flags]))
-    runner.policy_folder = state["stages"]["policy"]["folder"]
+    stages = runner.state["stages"]
+    assert stages.get("exact-labels", {}).get("done"), \
+        f"{work} has no exact labels yet: run python bench/loop.py --work {args.work} --stop-after exact-labels"
+    runner.policy_folder = stages["policy"]["folder"]
     problems = {p["prompt"]: p for p in read_jsonl(work / "validation.jsonl")}
     samples = work / "validation-samples.jsonl"
     results = {}
