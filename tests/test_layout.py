@@ -19,7 +19,7 @@ ALLOWED = {
     "generation": set(),
     "labeling": {"data", "generation"},
     "search": {"data", "generation", "scoring", "evaluation"},
-    "rl": {"data", "scoring"},  # trains a policy on a PRM's step rewards; nothing imports rl
+    "rl": {"data", "scoring", "serving"},  # a policy trained on in-process or served step rewards; nothing imports rl
     "cli": set(),  # cli may import anything; nothing imports cli
 }
 

@@ -12,6 +12,7 @@ from prmkit.rl.advantages import (
     normalize,
     normalize_steps,
     token_ends,
+    token_rewards,
 )
 
 # Group of two: A has steps rewarded 0.1 (tokens 0-2) and 0.9 (tokens 3-5); B one step of 0.5 over 4 tokens.
@@ -80,3 +81,12 @@ def test_a_step_not_found_in_the_text_shares_the_previous_end():
 def test_an_unknown_rule_is_rejected_with_the_choices():
     with pytest.raises(ValueError, match="'mean' is not known; use one of sum, min, outcome"):
         group_advantages(REWARDS, ENDS, LENGTHS, [0.0, 0.0], "mean")
+
+
+def test_token_rewards_put_each_step_reward_at_its_end_token_and_zero_elsewhere():
+    assert token_rewards([0.1, 0.9], [2, 5], 6) == pytest.approx([0, 0, 0.1, 0, 0, 0.9])
+    # two steps that end in one token add up there: the reward-to-go of every earlier token stays the same
+    assert token_rewards([0.2, 0.3, 0.4], [1, 1, 3], 4) == pytest.approx([0, 0.5, 0, 0.4])
+    assert token_rewards([], [], 3) == [0.0, 0.0, 0.0]
+    with pytest.raises(AssertionError, match="outside"):
+        token_rewards([1.0], [4], 4)

@@ -77,6 +77,19 @@ def token_values(rewards: Sequence[float], ends: Sequence[int], length: int, rul
     return values
 
 
+def token_rewards(rewards: Sequence[float], ends: Sequence[int], length: int) -> list[float]:
+    """A completion's step rewards as token-level rewards, the shape PPO's reward-to-go and GAE read (verl's
+    `token_level_scores`): step j's reward at its end token `ends[j]`, 0 on every other token. Steps that end at one
+    token (a step that ends inside the token that ends the next) add up there, so the sum over tokens is always
+    the sum of the step rewards."""
+    assert len(rewards) == len(ends), (rewards, ends)
+    values = [0.0] * length
+    for reward, end in zip(rewards, ends):
+        assert 0 <= end < length, f"step end {end} outside a completion of {length} tokens"
+        values[end] += reward
+    return values
+
+
 def char_ends(text: str, steps: Sequence[str]) -> list[int]:
     """The character just past each step in `text`, found in order (steps are stripped pieces of the text). A step
     not found (a text that decodes differently) ends where the previous one did, sharing its end token."""
