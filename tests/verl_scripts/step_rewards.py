@@ -1,7 +1,7 @@
 """Run inside .venv-verl: prmkit.rl.verl_rewards through verl's own code. verl's `load_reward_manager` loads
-the class as a user's config names it (reward.reward_manager.source=importlib, module.path=pkg://...),
-each rollout of a batch laid out as verl's agent loop lays it out (left-padded prompts, right-padded responses, one attention mask) is rewarded by `run_single`
-concurrently and pickled (as Ray moves it), `assemble_rm_scores` builds `rm_scores` as verl's
+the class as a user's config names it (reward.reward_manager.source=importlib, module.path=pkg://...), each
+rollout of a batch laid out as verl's agent loop lays it out (left-padded prompts, right-padded responses, one
+attention mask) is rewarded by `run_single` concurrently and pickled (as Ray moves it), `assemble_rm_scores` builds `rm_scores` as verl's
 `RewardLoopManager.compute_rm_score` calls it, and verl's GAE turns them into returns. Reads the payload as JSON on
 stdin, prints one JSON object."""
 
@@ -21,7 +21,8 @@ from verl.trainer.ppo.reward import load_reward_manager
 payload = json.load(sys.stdin)
 tokenizer = AutoTokenizer.from_pretrained(payload["tokenizer"])
 config = OmegaConf.create({"reward": {
-    "reward_manager": {"source": "importlib", "name": "PRMStepRewardManager", "module": {"path": "pkg://prmkit.rl.verl_rewards"}},
+    "reward_manager": {"source": "importlib", "name": "PRMStepRewardManager",
+                       "module": {"path": "pkg://prmkit.rl.verl_rewards"}},
     "custom_reward_function": {"path": None, "name": "compute_score"}, "sandbox_fusion": None,
     "prmkit": {"url": payload["url"], "aggregate": "min", "floor": payload["floor"]}}})
 manager = load_reward_manager(config, tokenizer, reward_router_address=None, reward_model_tokenizer=None)
