@@ -1,9 +1,9 @@
 """Run inside .venv-verl: prmkit.rl.verl_rewards through verl's own code. verl's `load_reward_manager` loads
 the class as a user's config names it (reward.reward_manager.source=importlib, module.path=pkg://...), each
 rollout of a batch laid out as verl's agent loop lays it out (left-padded prompts, right-padded responses, one
-attention mask) is rewarded by `run_single` concurrently and pickled (as Ray moves it), `assemble_rm_scores` builds `rm_scores` as verl's
-`RewardLoopManager.compute_rm_score` calls it, and verl's GAE turns them into returns. Reads the payload as JSON on
-stdin, prints one JSON object."""
+attention mask) is rewarded by `run_single` concurrently and pickled (as Ray moves it), `assemble_rm_scores`
+builds `rm_scores` as verl's `RewardLoopManager.compute_rm_score` calls it, and verl's GAE turns them into returns.
+Reads the payload as JSON on stdin, prints one JSON object."""
 
 import asyncio
 import json
