@@ -2,8 +2,9 @@
 
 Inputs go through `tokenize_chain`, the function training used, so a chain scores the same here as in training's
 evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow) is read through its own format
-instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding stays small, each batch is padded once, and
-the model has no LM head, so no vocabulary-sized logits are computed.
+instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding
+stays small, each batch is padded once, and the model has no LM head, so no vocabulary-sized logits are computed.
+Chains with one prompt (a best-of-N or GRPO group) read its tokens once (`prmkit.scoring.prefix`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prmkit.scoring.formats import (
     model_folder,
 )
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
+from prmkit.scoring.prefix import PrefixCache, shared_prefix_groups
 from prmkit.scoring.options import ScoringOptions
 from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
 
@@ -43,7 +45,8 @@ class PRMScorer:
 
     def __init__(self, model, tokenizer, metadata: PRMMetadata, *, device: str | None = DEFAULTS.device,
                  dtype: str | torch.dtype | None = DEFAULTS.dtype, batch_size: int = DEFAULTS.batch_size,
-                 max_batch_tokens: int | None = DEFAULTS.max_batch_tokens, reader: ChainReader | None = None):
+                 max_batch_tokens: int | None = DEFAULTS.max_batch_tokens, reader: ChainReader | None = None,
+                 reuse_prefix: bool = True):
         ScoringOptions(batch_size=batch_size, max_batch_tokens=max_batch_tokens)  # raises on values out of range
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -56,6 +59,9 @@ class PRMScorer:
         self.max_batch_tokens = max_batch_tokens
         self.reader = reader
         self.prm_format = "prmkit" if reader is None else reader.name
+        # chains with one prompt read its tokens once (prmkit.scoring.prefix); a public format's reader has its own
+        # forward pass, so it always reads chains whole
+        self.reuse_prefix = reuse_prefix and reader is None
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, device: str | None = DEFAULTS.device,
@@ -137,6 +143,10 @@ class PRMScorer:
         tokenized = [self.tokenize(prompt, steps) for prompt, steps in chains]
         results: list[list[float | None]] = [[None] * chain.steps_dropped for chain in tokenized]
         scorable = [i for i in range(len(tokenized)) if tokenized[i].step_positions]  # else no step fits
+        groups, scorable = shared_prefix_groups(tokenized, scorable, [p for p, _ in chains]) if self.reuse_prefix \
+            else ([], scorable)
+        for shared, members in groups:
+            self._score_group(tokenized, shared, members, results)
         collate = StepCollator(self.tokenizer.pad_token_id)
         for indices in self._batches(sorted(scorable, key=lambda i: len(tokenized[i].input_ids)), tokenized):
             batch = [tokenized[i] for i in indices]
@@ -150,6 +160,17 @@ class PRMScorer:
                 chain = batch[row]
                 results[index] = scores[row, chain.step_positions].tolist() + [None] * chain.steps_dropped
         return results
+
+    def _score_group(self, tokenized: list[TokenizedChain], shared: int, members: list[int], results: list) -> None:
+        """Chains whose first `shared` tokens are the same: those tokens once, then the rest in batches."""
+        prefix = PrefixCache(self.model, tokenized[members[0]].input_ids[:shared], self.device)
+        for indices in self._batches(sorted(members, key=lambda i: len(tokenized[i].input_ids)), tokenized):
+            output = prefix.forward([tokenized[i].input_ids[shared:] for i in indices], self.tokenizer.pad_token_id)
+            scores = scores_from_head(self.metadata.loss, output.logits.squeeze(-1)).cpu()
+            for row, index in enumerate(indices):
+                chain = tokenized[index]
+                results[index] = scores[row, [p - shared for p in chain.step_positions]].tolist() + \
+                    [None] * chain.steps_dropped
 
     def _batches(self, order: list[int], tokenized: list[TokenizedChain]):
         """Consecutive runs of the length-sorted chains: at most batch_size chains, at most max_batch_tokens padded

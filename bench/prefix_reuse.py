@@ -1,0 +1,117 @@
+"""Shared-prompt scoring: a GRPO-like group (8 completions of one prompt) and a best-of-16 group, GSM8K questions as
+prompts and GSM8K gold solutions (of other questions, cut into steps at their lines) as completions, scored by
+SmolLM2-135M as a PRM with prompt-prefix reuse off and on, alternating in one process. Also the control: the same
+chains, each with a prompt of its own, where nothing can be shared. Scores must agree to 1e-5 and every group must
+pick the same best chain.
+
+    python bench/prefix_reuse.py --out bench/results/prefix_reuse.json
+
+Reads ../shared/data/gsm8k/test.jsonl (or --gsm8k).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import torch  # noqa: E402
+from common import backbone_path, peak_rss_mib  # noqa: E402
+
+from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer  # noqa: E402
+from prmkit.scoring.scorer import PRMScorer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gsm8k_rows(path: Path, n: int) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()[:n]]
+    for row in rows:
+        lines = [re.sub(r"<<[^>]*>>", "", line).strip() for line in row["answer"].split("\n")]
+        row["steps"] = [line for line in lines if line and not line.startswith("####")]
+    return rows
+
+
+def groups(rows: list[dict], size: int, count: int) -> list[tuple[str, list[str]]]:
+    """`count` groups of `size` chains: row k's question with the solutions of rows k+1 .. k+size (so lengths
+    vary as real samples do)."""
+    chains = []
+    for g in range(count):
+        question = rows[g * size]["question"]
+        chains += [(question, rows[(g * size + 1 + j) % len(rows)]["steps"]) for j in range(size)]
+    return chains
+
+
+def best_per_group(scores: list[list[float]], size: int) -> list[int]:
+    mins = [min(s) for s in scores]
+    return [max(range(size), key=lambda j: mins[g + j]) for g in range(0, len(mins), size)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gsm8k", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"))
+    parser.add_argument("--chains", type=int, default=64, help="chains per shape (groups x group size)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "prefix_reuse.json"))
+    args = parser.parse_args()
+    if not Path(args.gsm8k).is_file():
+        sys.exit(f"{args.gsm8k} is missing: this benchmark reads GSM8K's test questions (--gsm8k PATH)")
+
+    path = backbone_path()
+    torch.manual_seed(0)
+    model = load_token_classifier(path)
+    tokenizer = load_tokenizer(path)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    metadata = PRMMetadata(base_model="smollm2-135m", base_path=path, finetune="none", loss="bce",
+                           separator="\n\n", max_length=1024)
+    scorer = PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=args.batch_size)
+    rows = gsm8k_rows(Path(args.gsm8k), 4 * args.chains)
+    shapes = {"grpo_group_8": (8, groups(rows, 8, args.chains // 8)),
+              "best_of_16": (16, groups(rows, 16, args.chains // 16))}
+    unshared = [(rows[2 * args.chains + i]["question"], steps) for i, (_, steps) in
+                enumerate(shapes["grpo_group_8"][1])]
+    shapes["no_shared_prompt"] = (8, unshared)
+    scorer.score_many(unshared[:4])  # warm-up
+
+    results = {}
+    for name, (size, chains) in shapes.items():
+        tokenized = [scorer.tokenize(p, s) for p, s in chains]
+        prompt_share = statistics.mean(len(scorer.tokenize(p, []).input_ids) / len(c.input_ids)
+                                       for (p, _), c in zip(chains, tokenized))
+        times = {"off": [], "on": []}
+        outputs = {}
+        for _ in range(args.repeats):
+            for mode in ("off", "on"):
+                scorer.reuse_prefix = mode == "on"
+                start = time.perf_counter()
+                outputs[mode] = scorer.score_many(chains)
+                times[mode].append(time.perf_counter() - start)
+        difference = max(abs(a - b) for x, y in zip(outputs["off"], outputs["on"]) for a, b in zip(x, y))
+        results[name] = {
+            "chains": len(chains), "group_size": size,
+            "mean_tokens": statistics.mean(len(c.input_ids) for c in tokenized), "prompt_share": prompt_share,
+            "chains_per_s_off": len(chains) / statistics.median(times["off"]),
+            "chains_per_s_on": len(chains) / statistics.median(times["on"]),
+            "max_score_difference": difference,
+            "same_best_chain": best_per_group(outputs["off"], size) == best_per_group(outputs["on"], size),
+            "seconds": times}
+        results[name]["speedup"] = results[name]["chains_per_s_on"] / results[name]["chains_per_s_off"]
+        print(f"{name}: {results[name]['chains_per_s_off']:.2f} -> {results[name]['chains_per_s_on']:.2f} chains/s "
+              f"({results[name]['speedup']:.2f}x), max score difference {difference:.1e}, "
+              f"same best chain: {results[name]['same_best_chain']}", flush=True)
+    out = {"command": "python bench/prefix_reuse.py " + " ".join(sys.argv[1:]), "machine": f"{os.cpu_count()} cores",
+           "torch_threads": torch.get_num_threads(), "peak_rss_mib": peak_rss_mib(), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Chains with one prompt read its tokens once (prmkit.scoring.prefix): scores equal a full pass of every chain to
+1e-5 in fp32, on a Llama-style and a GPT-2-style PRM, for groups split over several batches, chains of unequal
+length, a chain cut by max_length, completions that also share their first step, and chains alone with their
+prompt; and the model reads fewer tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from prmkit.config import load_config
+from prmkit.data.synthetic import generate_records
+from prmkit.files import write_jsonl
+from prmkit.scoring.prefix import MIN_SHARED_TOKENS, common_prefix, shared_prefix_groups
+from prmkit.scoring.scorer import PRMScorer
+from prmkit.training.trainer import train
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(tiny_gpt2, tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt2-run")
+    write_jsonl(generate_records(16, seed=3), root / "train.jsonl")
+    train(load_config(None, [
+        f"model.base={tiny_gpt2}", f"data.train={root / 'train.jsonl'}", "data.max_length=160", f"output_dir={root}",
+        "run_name=run", "training.max_steps=2", "training.batch_size=4", "training.logging_steps=1",
+        "training.lr=5e-3", "lora.r=4", "lora.dropout=0.0"]))
+    return root / "run"
+
+
+@pytest.fixture(params=["llama", "gpt2"])
+def scorer(request, tiny_run, gpt2_run):
+    run = tiny_run if request.param == "llama" else gpt2_run
+    return PRMScorer.from_pretrained(run, device="cpu", batch_size=2)
+
+
+def groups_of_chains() -> list[tuple[str, list[str]]]:
+    prompt = "Compute 3 + 4 * 2 - 5, step by step."  # short enough that no chain's prompt is cut
+    group = [(prompt, ["4 * 2 = 8.", "3 + 8 = 11.", "11 - 5 = 6."]), (prompt, ["3 + 4 = 7.", "7 * 2 = 14."]),
+             (prompt, ["4 * 2 = 8.", "3 + 8 = 11.", "11 - 5 = 6.", "The answer is 6."]),
+             (prompt, ["4 * 2 = 8.", "8 + 3 = 12."]),  # shares its first step with the first chain
+             (prompt, ["4 * 2 = 8.", "3 + 8 = 11."] * 10)]  # past max_length: steps dropped
+    alone = [("What is 9 - 2?", ["9 - 2 = 7."]), ("Add 5 and 6.", ["5 + 6 = 11.", "The answer is 11."])]
+    return [alone[0], *group[:3], alone[1], *group[3:]]
+
+
+def tokens_read(scorer, chains) -> tuple[list, int]:
+    seen = []
+    hook = scorer.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"].numel()), with_kwargs=True)
+    try:
+        return scorer.score_many(chains), sum(seen)
+    finally:
+        hook.remove()
+
+
+def test_shared_prompt_scores_equal_a_full_pass_of_every_chain(scorer):
+    chains = groups_of_chains()
+    scorer.reuse_prefix = False
+    full, full_tokens = tokens_read(scorer, chains)
+    scorer.reuse_prefix = True
+    reused, reused_tokens = tokens_read(scorer, chains)
+    assert [len(s) for s in reused] == [len(s) for s in full]
+    for want, got in zip(full, reused):
+        assert [w is None for w in want] == [g is None for g in got]
+        assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], abs=TOL)
+    assert any(s is None for s in full[-1])  # the long chain was cut, and stays cut
+    assert reused_tokens < full_tokens
+
+
+def test_groups_stop_before_the_first_scored_token_and_leave_lone_chains_alone(scorer):
+    chains = groups_of_chains()
+    tokenized = [scorer.tokenize(p, s) for p, s in chains]
+    groups, rest = shared_prefix_groups(tokenized, list(range(len(chains))), [p for p, _ in chains])
+    assert len(groups) == 1 and sorted(rest) == [0, 4]
+    shared, members = groups[0]
+    assert sorted(members) == [1, 2, 3, 5, 6]
+    assert shared >= MIN_SHARED_TOKENS
+    assert shared <= min(tokenized[m].step_positions[0] for m in members)  # every score read after the prefix
+    # chains 1 and 5 share their first step too, but the prefix stops where the first step's score is read
+    assert common_prefix(tokenized[1].input_ids, tokenized[5].input_ids) > shared
+
+
+def test_a_group_sharing_few_tokens_takes_the_ordinary_path(scorer):
+    chains = [("Hi", ["1 + 1 = 2."]), ("Hi", ["2 + 2 = 4."])]
+    tokenized = [scorer.tokenize(p, s) for p, s in chains]
+    groups, rest = shared_prefix_groups(tokenized, [0, 1], ["Hi", "Hi"])
+    assert groups == [] and rest == [0, 1]
