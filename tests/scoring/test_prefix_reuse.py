@@ -1,7 +1,8 @@
-"""Chains with one prompt read its tokens once (prmkit.scoring.prefix): scores equal a full pass of every chain to
-1e-5 in fp32, on a Llama-style and a GPT-2-style PRM, for groups split over several batches, chains of unequal
-length, a chain cut by max_length, completions that also share their first step, and chains alone with their
-prompt; and the model reads fewer tokens."""
+"""Chains that begin with the same tokens read them once (prmkit.scoring.prefix): scores equal a full pass of every
+chain to 1e-5 in fp32, on a Llama-style and a GPT-2-style PRM, for groups split over several batches, chains of
+unequal length, a chain cut by max_length, a copy of a chain, completions that also share their first step, the
+children of two beams (scores of the parents' steps read in the prefix pass), and chains alone with their prompt;
+and the model reads fewer tokens."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def groups_of_chains() -> list[tuple[str, list[str]]]:
              (prompt, ["4 * 2 = 8.", "8 + 3 = 12."]),  # shares its first step with the first chain
              (prompt, ["4 * 2 = 8.", "3 + 8 = 11."] * 10)]  # past max_length: steps dropped
     alone = [("What is 9 - 2?", ["9 - 2 = 7."]), ("Add 5 and 6.", ["5 + 6 = 11.", "The answer is 11."])]
-    return [alone[0], *group[:3], alone[1], *group[3:]]
+    return [alone[0], *group[:3], alone[1], *group[3:], group[0]]  # and a copy of a chain, as samples often are
 
 
 def tokens_read(scorer, chains) -> tuple[list, int]:
@@ -64,21 +65,41 @@ def test_shared_prompt_scores_equal_a_full_pass_of_every_chain(scorer):
     for want, got in zip(full, reused):
         assert [w is None for w in want] == [g is None for g in got]
         assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], abs=TOL)
-    assert any(s is None for s in full[-1])  # the long chain was cut, and stays cut
+    assert any(s is None for s in full[6])  # the long chain was cut, and stays cut
     assert reused_tokens < full_tokens
 
 
-def test_groups_stop_before_the_first_scored_token_and_leave_lone_chains_alone(scorer):
+def test_chains_cluster_by_their_common_prefix_and_lone_chains_stay_alone(scorer):
     chains = groups_of_chains()
     tokenized = [scorer.tokenize(p, s) for p, s in chains]
     groups, rest = shared_prefix_groups(tokenized, list(range(len(chains))), [p for p, _ in chains])
-    assert len(groups) == 1 and sorted(rest) == [0, 4]
-    shared, members = groups[0]
-    assert sorted(members) == [1, 2, 3, 5, 6]
-    assert shared >= MIN_SHARED_TOKENS
-    assert shared <= min(tokenized[m].step_positions[0] for m in members)  # every score read after the prefix
-    # chains 1 and 5 share their first step too, but the prefix stops where the first step's score is read
-    assert common_prefix(tokenized[1].input_ids, tokenized[5].input_ids) > shared
+    assert sorted(rest) == [0, 4]  # alone with their prompts
+    assert sorted(i for _, members in groups for i in members) == [1, 2, 3, 5, 6, 7]
+    for shared, members in groups:
+        assert shared >= MIN_SHARED_TOKENS
+        assert all(tokenized[m].input_ids[:shared] == tokenized[members[0]].input_ids[:shared] for m in members)
+        assert all(shared < len(tokenized[m].input_ids) for m in members)  # each keeps a token to run after it
+
+
+def test_tree_search_children_share_their_parents_whole_prefix(scorer):
+    """Two beams of three steps, four children each (one new step): two clusters, each sharing its parent's
+    prompt and steps, so the steps before the new one are scored in the prefix pass; scores equal a full pass."""
+    prompt = "Compute 3 + 4 * 2 - 5, step by step."
+    parents = [["4 * 2 = 8.", "3 + 8 = 11.", "11 - 5 = 6."], ["3 + 4 = 7.", "7 * 2 = 14.", "14 - 5 = 9."]]
+    endings = ["The answer is 6.", "So 6.", "The answer is 9.", "Done: 6."]
+    chains = [(prompt, parent + [end]) for parent in parents for end in endings]
+    tokenized = [scorer.tokenize(p, s) for p, s in chains]
+    groups, rest = shared_prefix_groups(tokenized, list(range(len(chains))), [p for p, _ in chains])
+    assert rest == [] and sorted(sorted(m) for _, m in groups) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    for shared, members in groups:
+        assert shared > tokenized[members[0]].step_positions[2]  # the parent's three steps are in the prefix
+    scorer.reuse_prefix = False
+    full, full_tokens = tokens_read(scorer, chains)
+    scorer.reuse_prefix = True
+    reused, reused_tokens = tokens_read(scorer, chains)
+    for want, got in zip(full, reused):
+        assert got == pytest.approx(want, abs=TOL)
+    assert reused_tokens < full_tokens / 2
 
 
 def test_a_group_sharing_few_tokens_takes_the_ordinary_path(scorer):

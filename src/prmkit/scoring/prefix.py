@@ -1,14 +1,17 @@
 """Chains that begin with the same tokens read them once.
 
-A PRM is causal: the hidden state of a token depends only on the tokens before it, so N chains with one prompt (a
-best-of-N group, a GRPO group of G completions) need the prompt's keys and values once, not N times. The shared
-tokens run in one forward pass that fills a key/value cache; each batch of the chains' remaining tokens then runs on
-a copy of that cache, widened to the batch. Scores equal a full pass (the same arithmetic on the same inputs, up to
-the order of floating-point sums in attention).
+A PRM is causal: the hidden state of a token, and so a step's score, depends only on the tokens before it. N chains
+with one prompt (a best-of-N group, a GRPO group of G completions) need the prompt's keys and values once, not N
+times; the children of one beam in a tree search share the prompt and every step of their parent. The shared tokens
+run in one forward pass that fills a key/value cache and gives the scores of the steps that end inside them; each
+batch of the chains' remaining tokens then runs on a copy of that cache, widened to the batch. Scores equal a full
+pass (the same arithmetic on the same inputs, up to the order of floating-point sums in attention).
 
-The shared part is the longest common token prefix of the chains with the same prompt, stopped before the first
-scored position (every step's score is then read from a continuation pass). A chain alone with its prompt, or a
-group that shares fewer than MIN_SHARED_TOKENS tokens, takes the ordinary path and costs what it did before.
+Chains with one prompt are sorted by their tokens, so chains with a long common prefix sit together, and cut into
+clusters greedily: a chain joins the current cluster while the tokens the cluster saves do not drop (k chains sharing
+s tokens save (k - 1) x s), so the children of two beams form two clusters, each sharing its parent's whole prefix,
+rather than one that shares only the prompt. Every chain keeps at least its last token out of the prefix. A chain
+alone, or a cluster that shares fewer than MIN_SHARED_TOKENS tokens, takes the ordinary path and costs what it did.
 """
 
 from __future__ import annotations
@@ -37,25 +40,39 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def shared_prefix_groups(tokenized: Sequence[TokenizedChain], indices: Sequence[int], prompts: Sequence[str],
                          min_shared: int = MIN_SHARED_TOKENS) -> tuple[list[tuple[int, list[int]]], list[int]]:
-    """(shared token count, chain indices) for each group of two or more chains with one prompt that share at
-    least `min_shared` tokens before their first scored position, and the indices left for the ordinary path."""
+    """(shared token count, chain indices) for each cluster of two or more chains with one prompt that share at
+    least `min_shared` tokens, and the indices left for the ordinary path."""
     by_prompt: dict[str, list[int]] = defaultdict(list)
     for index in indices:
         by_prompt[prompts[index]].append(index)
     groups, rest = [], []
     for members in by_prompt.values():
-        first = tokenized[members[0]].input_ids
-        shared = min(min(common_prefix(first, tokenized[m].input_ids), tokenized[m].step_positions[0])
-                     for m in members)
-        if len(members) < 2 or shared < min_shared:
-            rest.extend(members)
-        else:
-            groups.append((shared, members))
+        members = sorted(members, key=lambda i: tokenized[i].input_ids)
+        clusters: list[tuple[int, list[int]]] = []
+        shared, cluster = 0, []
+        for index in members:
+            ids = tokenized[index].input_ids
+            if cluster:
+                # the prefix must leave each chain at least one token to run after it
+                joined = min(shared, common_prefix(tokenized[cluster[0]].input_ids, ids), len(ids) - 1)
+                if len(cluster) * joined >= (len(cluster) - 1) * shared:
+                    shared = joined
+                    cluster.append(index)
+                    continue
+                clusters.append((shared, cluster))
+            shared, cluster = len(ids) - 1, [index]
+        clusters.append((shared, cluster))
+        for shared, cluster in clusters:
+            if len(cluster) < 2 or shared < min_shared:
+                rest.extend(cluster)
+            else:
+                groups.append((shared, cluster))
     return groups, rest
 
 
 class PrefixCache:
-    """The key/value cache of one shared prefix, and forward passes of continuations on copies of it."""
+    """The key/value cache of one shared prefix, its own output, and forward passes of continuations on copies of
+    the cache."""
 
     def __init__(self, model, prefix_ids: Sequence[int], device):
         self.model = model
@@ -64,8 +81,8 @@ class PrefixCache:
         # transformers renamed the forward argument from past_key_values to cache (the old name is deprecated)
         self.cache_argument = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([list(prefix_ids)], device=device), use_cache=True,
-              **{self.cache_argument: self.cache})
+        self.output = model(input_ids=torch.tensor([list(prefix_ids)], device=device), use_cache=True,
+                            **{self.cache_argument: self.cache})
 
     def forward(self, continuations: Sequence[Sequence[int]], pad_id: int):
         """The model's output for the continuations (right-padded to the longest), each read after the prefix."""

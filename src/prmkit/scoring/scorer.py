@@ -162,15 +162,17 @@ class PRMScorer:
         return results
 
     def _score_group(self, tokenized: list[TokenizedChain], shared: int, members: list[int], results: list) -> None:
-        """Chains whose first `shared` tokens are the same: those tokens once, then the rest in batches."""
+        """Chains whose first `shared` tokens are the same: those tokens once (the scores of steps that end in them
+        read there), then the rest of each chain in batches."""
         prefix = PrefixCache(self.model, tokenized[members[0]].input_ids[:shared], self.device)
+        head = scores_from_head(self.metadata.loss, prefix.output.logits.squeeze(-1))[0].cpu()
         for indices in self._batches(sorted(members, key=lambda i: len(tokenized[i].input_ids)), tokenized):
             output = prefix.forward([tokenized[i].input_ids[shared:] for i in indices], self.tokenizer.pad_token_id)
             scores = scores_from_head(self.metadata.loss, output.logits.squeeze(-1)).cpu()
             for row, index in enumerate(indices):
                 chain = tokenized[index]
-                results[index] = scores[row, [p - shared for p in chain.step_positions]].tolist() + \
-                    [None] * chain.steps_dropped
+                results[index] = [head[p].item() if p < shared else scores[row, p - shared].item()
+                                  for p in chain.step_positions] + [None] * chain.steps_dropped
 
     def _batches(self, order: list[int], tokenized: list[TokenizedChain]):
         """Consecutive runs of the length-sorted chains: at most batch_size chains, at most max_batch_tokens padded
