@@ -70,7 +70,7 @@ class PRMScorer:
                         allow_pickle: bool = False, merge_adapter: bool = True,
                         max_length: int | None = DEFAULTS.max_length, prm_format: str | None = DEFAULTS.prm_format,
                         step_tag: str = ChainReader.step_tag, good_token: str = ChainReader.good_token,
-                        bad_token: str = ChainReader.bad_token) -> "PRMScorer":
+                        bad_token: str = ChainReader.bad_token, reuse_prefix: bool = True) -> "PRMScorer":
         """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
         the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
         longer chains than the PRM was trained on, up to the backbone's context (beyond it is refused, as is a run
@@ -79,7 +79,8 @@ class PRMScorer:
         `allow_pickle` as in the training config. `prm_format` (prmkit, qwen, math-shepherd, rlhflow; None:
         detected from the folder) says how to read it; `step_tag`, `good_token` and `bad_token` are the
         math-shepherd and rlhflow formats' tokens. A public format never runs code from its folder, so
-        `trust_remote_code` applies to prmkit runs only."""
+        `trust_remote_code` applies to prmkit runs only. `reuse_prefix` (default on) reads tokens that several
+        chains of one call begin with once (`prmkit.scoring.prefix`); off, every chain is read whole."""
         model, tokenizer, metadata, reader = _load(
             folder, prm_format, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
             tokens={"step_tag": step_tag, "good_token": good_token, "bad_token": bad_token})
@@ -99,7 +100,7 @@ class PRMScorer:
         if merge_adapter:
             model = merge_lora_adapter(model)
         return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size,
-                   max_batch_tokens=max_batch_tokens, reader=reader)
+                   max_batch_tokens=max_batch_tokens, reader=reader, reuse_prefix=reuse_prefix)
 
     @classmethod
     def from_options(cls, folder: str | Path, options: ScoringOptions, **kwargs) -> "PRMScorer":
