@@ -25,6 +25,23 @@ def backbone_path() -> str:
     return resolve_base(BASE)
 
 
+def untrained_scorer(batch_size: int):
+    """SmolLM2-135M with an untrained one-output head as a PRMScorer (speed does not depend on the weights)."""
+    import torch
+
+    from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer
+    from prmkit.scoring.scorer import PRMScorer
+
+    path = backbone_path()
+    torch.manual_seed(0)
+    model = load_token_classifier(path)
+    tokenizer = load_tokenizer(path)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    metadata = PRMMetadata(base_model=BASE, base_path=path, finetune="none", loss="bce", separator="\n\n",
+                           max_length=1024)
+    return PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=batch_size)
+
+
 def fixed_batches(n_batches: int, batch_size: int, seed: int = 0, packed: bool = False) -> list[dict]:
     """The same tokenized chains in the same batches for every variant (prmkit's tokenization), padded by
     prmkit's collator or packed into one row without padding (`training.packing`)."""

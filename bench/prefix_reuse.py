@@ -25,10 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from common import backbone_path, peak_rss_mib  # noqa: E402
+from common import peak_rss_mib, untrained_scorer  # noqa: E402
 
-from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer  # noqa: E402
-from prmkit.scoring.scorer import PRMScorer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +66,22 @@ def beam_rounds(rows: list[dict], problems: int, rounds: int = 8, width: int = 4
     return calls
 
 
+def off_and_on(scorer, work, tokens: list, repeats: int) -> tuple[dict, dict, dict]:
+    """`work()` with prefix reuse off, then on, `repeats` times: seconds per run, the last outputs and the tokens
+    the model read (counted into `tokens` by a hook), per mode."""
+    times: dict = {"off": [], "on": []}
+    outputs, read = {}, {}
+    for _ in range(repeats):
+        for mode in ("off", "on"):
+            scorer.reuse_prefix = mode == "on"
+            tokens.clear()
+            start = time.perf_counter()
+            outputs[mode] = work()
+            times[mode].append(time.perf_counter() - start)
+            read[mode] = sum(tokens)
+    return times, outputs, read
+
+
 def best_per_group(scores: list[list[float]], size: int) -> list[int]:
     mins = [min(s) for s in scores]
     return [max(range(size), key=lambda j: mins[g + j]) for g in range(0, len(mins), size)]
@@ -85,14 +99,7 @@ def main() -> None:
     if not Path(args.gsm8k).is_file():
         sys.exit(f"{args.gsm8k} is missing: this benchmark reads GSM8K's test questions (--gsm8k PATH)")
 
-    path = backbone_path()
-    torch.manual_seed(0)
-    model = load_token_classifier(path)
-    tokenizer = load_tokenizer(path)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    metadata = PRMMetadata(base_model="smollm2-135m", base_path=path, finetune="none", loss="bce",
-                           separator="\n\n", max_length=1024)
-    scorer = PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=args.batch_size)
+    scorer = untrained_scorer(args.batch_size)
     rows = gsm8k_rows(Path(args.gsm8k), 4 * args.chains)
     shapes = {"grpo_group_8": (8, groups(rows, 8, args.chains // 8)),
               "best_of_16": (16, groups(rows, 16, args.chains // 16))}
@@ -109,16 +116,7 @@ def main() -> None:
         tokenized = [scorer.tokenize(p, s) for p, s in chains]
         prompt_share = statistics.mean(len(scorer.tokenize(p, []).input_ids) / len(c.input_ids)
                                        for (p, _), c in zip(chains, tokenized))
-        times = {"off": [], "on": []}
-        outputs, read = {}, {}
-        for _ in range(args.repeats):
-            for mode in ("off", "on"):
-                scorer.reuse_prefix = mode == "on"
-                tokens.clear()
-                start = time.perf_counter()
-                outputs[mode] = scorer.score_many(chains)
-                times[mode].append(time.perf_counter() - start)
-                read[mode] = sum(tokens)
+        times, outputs, read = off_and_on(scorer, lambda: scorer.score_many(chains), tokens, args.repeats)
         difference = max(abs(a - b) for x, y in zip(outputs["off"], outputs["on"]) for a, b in zip(x, y))
         results[name] = {
             "chains": len(chains), "group_size": size,
@@ -133,16 +131,8 @@ def main() -> None:
               f"({results[name]['speedup']:.2f}x), max score difference {difference:.1e}, "
               f"same best chain: {results[name]['same_best_chain']}", flush=True)
     calls = beam_rounds(rows, args.beam_problems)
-    times = {"off": [], "on": []}
-    outputs, read = {}, {}
-    for _ in range(args.repeats):
-        for mode in ("off", "on"):
-            scorer.reuse_prefix = mode == "on"
-            tokens.clear()
-            start = time.perf_counter()
-            outputs[mode] = [scorer.score_many(call) for call in calls]
-            times[mode].append(time.perf_counter() - start)
-            read[mode] = sum(tokens)
+    times, outputs, read = off_and_on(scorer, lambda: [scorer.score_many(call) for call in calls], tokens,
+                                      args.repeats)
     difference = max(abs(a - b) for x, y in zip(outputs["off"], outputs["on"]) for u, v in zip(x, y)
                      for a, b in zip(u, v))
     results["beam_8_rounds"] = {

@@ -17,10 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from common import backbone_path  # noqa: E402
+from common import untrained_scorer  # noqa: E402
 
 from prmkit.data.synthetic import generate_records  # noqa: E402
-from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer  # noqa: E402
 from prmkit.scoring.scorer import PRMScorer  # noqa: E402
 
 
@@ -60,15 +59,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/scoring.json")
     args = parser.parse_args()
 
-    path = backbone_path()
-    torch.manual_seed(0)
-    model = load_token_classifier(path)
-    tokenizer = load_tokenizer(path)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    metadata = PRMMetadata(base_model="smollm2-135m", base_path=path, finetune="none", loss="bce",
-                           separator="\n\n", max_length=1024)
-    batched = PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=args.batch_size)
-    single = PRMScorer(model, tokenizer, metadata, device="cpu", batch_size=1)
+    batched = untrained_scorer(args.batch_size)
+    single = PRMScorer(batched.model, batched.tokenizer, batched.metadata, device="cpu", batch_size=1)
     chains = eight_step_chains(args.chains)
     batched.score_many(chains[:2])  # warm-up
 
