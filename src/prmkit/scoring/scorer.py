@@ -149,7 +149,8 @@ class PRMScorer:
         for shared, members in groups:
             self._score_group(tokenized, shared, members, results)
         collate = StepCollator(self.tokenizer.pad_token_id)
-        for indices in self._batches(sorted(scorable, key=lambda i: len(tokenized[i].input_ids)), tokenized):
+        lengths = [len(chain.input_ids) for chain in tokenized]
+        for indices in self._batches(sorted(scorable, key=lambda i: lengths[i]), lengths):
             batch = [tokenized[i] for i in indices]
             inputs = collate([{"input_ids": chain.input_ids} for chain in batch])  # the training collator's padding
             output = self.model(input_ids=inputs["input_ids"].to(self.device),
@@ -167,7 +168,8 @@ class PRMScorer:
         read there), then the rest of each chain in batches."""
         prefix = PrefixCache(self.model, tokenized[members[0]].input_ids[:shared], self.device)
         head = scores_from_head(self.metadata.loss, prefix.output.logits.squeeze(-1))[0].cpu()
-        for indices in self._batches(sorted(members, key=lambda i: len(tokenized[i].input_ids)), tokenized):
+        rest = {i: len(tokenized[i].input_ids) - shared for i in members}  # the tokens each chain still runs
+        for indices in self._batches(sorted(members, key=rest.get), rest, cached=shared):
             output = prefix.forward([tokenized[i].input_ids[shared:] for i in indices], self.tokenizer.pad_token_id)
             scores = scores_from_head(self.metadata.loss, output.logits.squeeze(-1)).cpu()
             for row, index in enumerate(indices):
@@ -175,8 +177,9 @@ class PRMScorer:
                 results[index] = [head[p].item() if p < shared else scores[row, p - shared].item()
                                   for p in chain.step_positions] + [None] * chain.steps_dropped
 
-    def _batches(self, order: list[int], tokenized: list[TokenizedChain]):
-        """Consecutive runs of the length-sorted chains: at most batch_size chains, at most max_batch_tokens padded
+    def _batches(self, order: list[int], lengths, cached: int = 0):
+        """Consecutive runs of the length-sorted chains (`lengths[i]`: the tokens chain i runs in this pass, after
+        `cached` tokens it reads from a shared prefix): at most batch_size chains, at most max_batch_tokens padded
         tokens (a chain longer than the budget on its own still gets a batch of one), and never mostly padding: a
         chain that would make its batch more than half padding starts a new one. One runaway sample among an RL
         group's ordinary ones (a 1,024-token loop beside 150-token chains) then costs its own tokens, not 16 x 1,024
@@ -184,9 +187,10 @@ class PRMScorer:
         batch: list[int] = []
         real = 0  # tokens of the batch's chains, without padding
         for index in order:
-            length = len(tokenized[index].input_ids)  # the longest so far, as the order is ascending
+            length = lengths[index]  # the longest so far, as the order is ascending
             padded = (len(batch) + 1) * length
-            over_budget = self.max_batch_tokens is not None and padded > self.max_batch_tokens
+            over_budget = self.max_batch_tokens is not None and (len(batch) + 1) * (cached + length) > \
+                self.max_batch_tokens
             mostly_padding = padded > 2 * (real + length)
             if batch and (len(batch) == self.batch_size or over_budget or mostly_padding):
                 yield batch
