@@ -131,6 +131,18 @@ def token_ends(ids: Sequence[int], ends: Sequence[int], decode: Callable[[Sequen
     return out
 
 
+def completion_steps(ids: Sequence[int], text: str, steps: Sequence[str], scores: Sequence[float | None] | None,
+                     floor: float, decode: Callable[[Sequence[int]], str]) -> tuple[list[float], list[int]]:
+    """A completion's step rewards and their end tokens, by the defined cases: a step the PRM did not read (None
+    or NaN, or a step past the scores it returned) gets `floor`, and a completion with no step is one floor step
+    that ends at its last token. `steps` are the completion's pieces of `text` (the policy's decoded `ids`)."""
+    rewards = [floor if s is None or math.isnan(s) else float(s) for s in (scores or [])]
+    rewards += [floor] * (len(steps) - len(rewards))
+    if not rewards:
+        rewards, steps = [floor], [text]
+    return rewards, token_ends(ids, char_ends(text, steps[:len(rewards)]), decode) or [0]
+
+
 def group_advantages(step_rewards: Sequence[Sequence[float]], ends: Sequence[Sequence[int]],
                      lengths: Sequence[int], outcomes: Sequence[float], rule: str,
                      outcome_weight: float = 0.0) -> list[list[float]]:

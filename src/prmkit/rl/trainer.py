@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +25,7 @@ from trl import GRPOConfig, GRPOTrainer
 from prmkit.answers import AnswerChecker, extract_answer
 from prmkit.data.records import split_steps
 from prmkit.errors import PRMError
-from prmkit.rl.advantages import RULES, char_ends, group_advantages, token_ends
+from prmkit.rl.advantages import RULES, completion_steps, group_advantages
 from prmkit.scoring.aggregate import chain_reward
 from prmkit.scoring.inputs import completion_text
 
@@ -143,14 +142,11 @@ class ProcessGRPOTrainer(GRPOTrainer):
         for i, (ids, scores) in enumerate(zip(pending["ids"], pending["scores"])):
             text = decode(ids)
             steps = split_steps(text, self.separator)
-            step_rewards = [floor if s is None or math.isnan(s) else float(s) for s in (scores or [])]
-            step_rewards += [floor] * (len(steps) - len(step_rewards))  # a text that split differently: floor
-            empty.append(not step_rewards)
+            empty.append(not scores and not steps)
             cut.append(scores is not None and any(s is None for s in scores))
-            if not step_rewards:
-                step_rewards, steps = [floor], [text]  # no step: one floor step over the whole completion
+            step_rewards, step_ends = completion_steps(ids, text, steps, scores, floor, decode)
             rewards.append(step_rewards)
-            ends.append(token_ends(ids, char_ends(text, steps[:len(step_rewards)]), decode) or [0])
+            ends.append(step_ends)
             lengths.append(len(ids))
             chain = floor if scores is None else chain_reward(scores, self.prm.aggregate, floor, self.prm.truncated)
             correct = pending["correct"][i] if pending["correct"] is not None else 0.0

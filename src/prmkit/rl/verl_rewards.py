@@ -38,7 +38,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from prmkit.rl.advantages import char_ends, token_ends, token_rewards
+from prmkit.rl.advantages import completion_steps, token_rewards
 from prmkit.scoring.aggregate import chain_reward
 from prmkit.scoring.inputs import split_steps
 from prmkit.serving.clients import RemotePRMReward
@@ -87,15 +87,13 @@ class PRMStepRewardManager(RewardManagerBase):
 
         text = decode(ids)
         scores = (await self.prm.step_scores_many([prompt], [text]))[0]
-        steps = split_steps(text, self.prm.separator)
-        if not scores or not ids:  # no step: the floor at the last token, as PRMReward gives
-            return {"reward_score": StepRewards(self.floor, [(max(length - 1, 0), self.floor)] if length else []),
-                    "reward_extra_info": {"prm_steps": 0, "prm_truncated": False}}
-        rewards = [self.floor if s is None else float(s) for s in scores]
-        ends = token_ends(ids, char_ends(text, steps[:len(rewards)]), decode)
-        chain = chain_reward(scores, self.prm.aggregate, self.floor, self.prm.truncated)
-        return {"reward_score": StepRewards(chain, list(zip(ends, rewards))),
-                "reward_extra_info": {"prm_steps": len(rewards), "prm_truncated": None in scores}}
+        # the rules ProcessGRPOTrainer uses: an unread step gets the floor, no step is one floor step at the end
+        rewards, ends = completion_steps(ids, text, split_steps(text, self.prm.separator), scores, self.floor,
+                                         decode)
+        chain = self.floor if not scores else chain_reward(scores, self.prm.aggregate, self.floor,
+                                                            self.prm.truncated)
+        return {"reward_score": StepRewards(chain, list(zip(ends, rewards)) if ids else []),
+                "reward_extra_info": {"prm_steps": len(scores or []), "prm_truncated": None in (scores or [])}}
 
     @classmethod
     def assemble_rm_scores(cls, data, scores: list) -> torch.Tensor:
