@@ -47,3 +47,18 @@ def build_tiny_model(folder: str | Path, arch: str = "llama", seed: int = 0) -> 
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def train_tiny_run(base: str | Path, root: Path, *overrides: str) -> Path:
+    """A tiny LoRA PRM run (2 optimizer steps on 16 synthetic records) on `base`, trained into root/run."""
+    from prmkit.config import load_config
+    from prmkit.data.synthetic import generate_records
+    from prmkit.files import write_jsonl
+    from prmkit.training.trainer import train
+
+    write_jsonl(generate_records(16, seed=3), root / "train.jsonl")
+    train(load_config(None, [
+        f"model.base={base}", f"data.train={root / 'train.jsonl'}", "data.max_length=160", f"output_dir={root}",
+        "run_name=run", "training.max_steps=2", "training.batch_size=4", "training.logging_steps=1",
+        "training.lr=5e-3", "lora.r=4", "lora.dropout=0.0", *overrides]))
+    return root / "run"

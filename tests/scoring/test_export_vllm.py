@@ -10,18 +10,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForTokenClassification, AutoTokenizer
+from tiny_models import train_tiny_run
 from vllm_helpers import CPU_MEMORY_SHARE, build_vllm_sized_llama, needs_vllm, run_in_vllm
 
 from prmkit.cli import main
-from prmkit.config import load_config
-from prmkit.data.synthetic import generate_records
 from prmkit.errors import PRMError
-from prmkit.files import write_jsonl
 from prmkit.model import PRMMetadata, load_token_classifier
 from prmkit.scoring.export import export_merged
 from prmkit.scoring.export_vllm import STEP_TOKEN, VLLM_FILE, VLLMInputs, export_vllm, step_scores
 from prmkit.scoring.scorer import PRMScorer
-from prmkit.training.trainer import train
 
 CHAINS = [
     ("Tom has 3 bags of 4 apples. How many apples?", ["3 * 4 = 12.", "He has 12 apples.", "The answer is 12."]),
@@ -37,13 +34,7 @@ BIAS_SHIFT = 1.5  # moves every score far from the trained bias, so a dropped he
 def run(tmp_path_factory):
     """A tiny LoRA run (2 optimizer steps) on a backbone vLLM's CPU attention accepts."""
     root = tmp_path_factory.mktemp("vllm-run")
-    base = build_vllm_sized_llama(root / "base")
-    write_jsonl(generate_records(16, seed=3), root / "train.jsonl")
-    train(load_config(None, [
-        f"model.base={base}", f"data.train={root / 'train.jsonl'}", "data.max_length=160", f"output_dir={root}",
-        "run_name=run", "training.max_steps=2", "training.batch_size=4", "training.logging_steps=1",
-        "training.lr=5e-3", "lora.r=4", "lora.dropout=0.0"]))
-    return root / "run"
+    return train_tiny_run(build_vllm_sized_llama(root / "base"), root)
 
 
 @pytest.fixture(scope="module")

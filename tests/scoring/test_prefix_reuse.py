@@ -7,26 +7,17 @@ and the model reads fewer tokens."""
 from __future__ import annotations
 
 import pytest
+from tiny_models import train_tiny_run
 
-from prmkit.config import load_config
-from prmkit.data.synthetic import generate_records
-from prmkit.files import write_jsonl
 from prmkit.scoring.prefix import MIN_SHARED_TOKENS, common_prefix, shared_prefix_groups
 from prmkit.scoring.scorer import PRMScorer
-from prmkit.training.trainer import train
 
 TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
 def gpt2_run(tiny_gpt2, tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpt2-run")
-    write_jsonl(generate_records(16, seed=3), root / "train.jsonl")
-    train(load_config(None, [
-        f"model.base={tiny_gpt2}", f"data.train={root / 'train.jsonl'}", "data.max_length=160", f"output_dir={root}",
-        "run_name=run", "training.max_steps=2", "training.batch_size=4", "training.logging_steps=1",
-        "training.lr=5e-3", "lora.r=4", "lora.dropout=0.0"]))
-    return root / "run"
+    return train_tiny_run(tiny_gpt2, tmp_path_factory.mktemp("gpt2-run"))
 
 
 @pytest.fixture(params=["llama", "gpt2"])
