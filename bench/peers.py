@@ -9,10 +9,13 @@ max_length 256, batch 4, one epoch, on the CPU, one run at a time, in the order 
 (repeated `--repeats` times, interleaved, so a slow spell of the shared machine hits every system alike):
 
     trl LoRA       r16 all-linear, lr 1e-4, dropout 0 (peft's default, which TRL keeps)
-    prmkit LoRA    the same LoRA, lr and separator ("\\n"), prmkit's defaults otherwise (length-grouped batches);
-                   "pk-lora-random" with fully random batches (training.group_by_length=false), as TRL draws them
+    prmkit LoRA    the same LoRA, lr and separator ("\\n"), prmkit's defaults otherwise; "pk-lora-random" with
+                   training.group_by_length=false written out (fully random batches, as TRL draws them)
     soup full      full fine-tune, lr 1e-5 (it computes full-vocabulary logits)
     prmkit full    full fine-tune, lr 1e-5
+    *-compiled     pk-lora-random / pk-full with training.torch_compile=true and an empty kernel cache (a user's
+                   first compiled run: the compilation is in the wall time); *-compiled-warm with a cache that an
+                   untimed two-step run of the same settings filled (every later run)
 
 Each run is timed whole (`/usr/bin/time`: wall seconds and peak RSS), model loading and saving included, as a user
 would wait for it. With --eval-rows, each trained PRM then scores held-out phase-1 test rows with its own
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -79,7 +83,9 @@ def main() -> None:
             summary[name]["heldout_last_step_auroc"] = evaluate(name, work / f"{name}-0", args, base,
                                                                 work / "eval.jsonl")
     ratios = {}
-    for ours, peer in (("pk-lora", "trl"), ("pk-lora-random", "trl"), ("pk-full", "soup")):
+    for ours, peer in (("pk-lora", "trl"), ("pk-lora-random", "trl"), ("pk-lora-compiled", "trl"),
+                       ("pk-lora-compiled-warm", "trl"), ("pk-full", "soup"), ("pk-full-compiled", "soup"),
+                       ("pk-full-compiled-warm", "soup")):
         if ours in summary and peer in summary:
             ratios[f"{ours} / {peer}"] = {
                 "rows_per_s": round(summary[ours]["rows_per_s"] / summary[peer]["rows_per_s"], 3),
@@ -90,6 +96,10 @@ def main() -> None:
     print(table(payload))
 
 
+LORA_RANDOM = ("lora.r=16", "lora.alpha=32", "training.lr=1e-4", "training.group_by_length=false")
+FULL = ("model.finetune=full", "training.lr=1e-5")
+
+
 def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: int) -> dict:
     """The command line of each system on TRAIN_ROWS, by name, given the folder it writes to."""
     return {
@@ -97,13 +107,39 @@ def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: 
                             str(train_rows), str(out), "lora", str(max_length)],
         "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
                                             "training.lr=1e-4", max_length=max_length),
-        "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
-                                                   "training.lr=1e-4", "training.group_by_length=false",
-                                                   max_length=max_length),
+        "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, *LORA_RANDOM, max_length=max_length),
         "soup": lambda out: soup_train(args, work, base, train_rows, out, max_length=max_length),
-        "pk-full": lambda out: prmkit_train(work, base, train_rows, out, "model.finetune=full", "training.lr=1e-5",
-                                            max_length=max_length),
+        "pk-full": lambda out: prmkit_train(work, base, train_rows, out, *FULL, max_length=max_length),
+        # compiled: a fresh kernel cache per run (a user's first compiled run), or one filled by an earlier run of
+        # the same settings (every later run)
+        "pk-lora-compiled": lambda out: compiled(work / f"inductor-{out.name}", prmkit_train(
+            work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length)),
+        "pk-lora-compiled-warm": lambda out: compiled(warm_cache(work, "lora", prmkit_train(
+            work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length))),
+        "pk-full-compiled": lambda out: compiled(work / f"inductor-{out.name}", prmkit_train(
+            work, base, train_rows, out, *FULL, "training.torch_compile=true", max_length=max_length)),
+        "pk-full-compiled-warm": lambda out: compiled(warm_cache(work, "full", prmkit_train(
+            work, base, train_rows, out, *FULL, "training.torch_compile=true", max_length=max_length))),
     }
+
+
+def compiled(cache: Path | tuple[Path, list[str]], command: list[str] | None = None) -> list[str]:
+    """`command` with torch.compile's kernel cache in `cache` (emptied first unless it is a warm one)."""
+    if isinstance(cache, tuple):
+        cache, command = cache
+    else:
+        shutil.rmtree(cache, ignore_errors=True)
+    return ["/usr/bin/env", f"TORCHINDUCTOR_CACHE_DIR={cache}", *command]
+
+
+def warm_cache(work: Path, name: str, command: list[str]) -> tuple[Path, list[str]]:
+    """A kernel cache filled by a short run of the same settings (once, untimed), for `command`."""
+    cache = work / f"inductor-warm-{name}"
+    if not cache.is_dir():
+        warm_up = [arg for arg in command if not arg.startswith("run_name=")] + ["run_name=warm-up",
+                                                                                 "training.max_steps=2"]
+        run(["/usr/bin/env", f"TORCHINDUCTOR_CACHE_DIR={cache}", *warm_up])
+    return cache, command
 
 
 def prmkit_train(work: Path, base: str, train_rows: Path, out: Path, *overrides: str,

@@ -94,6 +94,26 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return DTYPES[dtype]
 
 
+def check_compilable(device: str, key: str) -> None:
+    """torch.compile's inductor backend writes C++ kernels on a CPU and Triton kernels on a GPU, and builds them
+    on the first forward pass; refuse at the start, with the fix, rather than minutes in with a compiler trace.
+    `key` is the user's name for the setting (training.torch_compile, --compile)."""
+    if device == "cpu":
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as err:  # noqa: BLE001 - inductor raises its own error types, all meaning "no compiler"
+            raise PRMError(f"{key} on CPU needs a C++ compiler (inductor builds C++ kernels), and none was found "
+                           f"({type(err).__name__}); install one (e.g. apt install g++) or turn {key} off") from None
+    elif device == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise PRMError(f"{key} on a GPU needs Triton (inductor builds Triton kernels), which is not installed; "
+                           f"pip install triton, or turn {key} off")
+
+
 @dataclass(frozen=True)
 class Launch:
     """This process's place in a multi-process launch (torchrun, `accelerate launch`, DeepSpeed's launcher). The one

@@ -85,7 +85,7 @@ RESUMABLE_KEYS = frozenset({
     "training.max_steps", "training.epochs",
     "training.logging_steps", "training.report_to", "training.save_steps", "training.save_total_limit",
     "training.eval_steps", "training.eval_batch_size", "training.dataloader_num_workers",
-    "training.gradient_checkpointing",
+    "training.gradient_checkpointing", "training.torch_compile",
 })
 
 

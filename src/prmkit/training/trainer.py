@@ -18,7 +18,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from prmkit.backbones import resolve_base
 from prmkit.config import Config, DistributedConfig, config_to_yaml
 from prmkit.data.io import load_records
-from prmkit.device import Precision, resolve_precision
+from prmkit.device import Precision, check_compilable, resolve_precision
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import step_metrics
 from prmkit.files import write_json_atomic, write_text_atomic
@@ -27,7 +27,8 @@ from prmkit.model import (
     PRMMetadata,
     add_separator_token,
     apply_lora,
-    base_context_length,
+    base_config,
+    context_length,
     head_name,
     load_token_classifier,
     load_tokenizer,
@@ -39,10 +40,12 @@ from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, token
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
 from prmkit.training.engine import (
     check_attention_precision,
+    check_compiled_combination,
     check_deepspeed_saves_weights,
     check_weights_saved,
     check_wrapping,
     forward_autocast,
+    raised_while_compiling,
     uses_flash_attention,
 )
 from prmkit.training.head_init import init_head_from_probe, set_head
@@ -84,6 +87,16 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
         self.metadata = metadata
         self.head_lr = head_lr
         self.distributed = distributed or DistributedConfig()
+
+    def _build_accelerator_args(self, **kwargs):
+        """With training.torch_compile, batch shapes are symbolic from the first compilation: chains vary in
+        length, and torch.compile's default would compile the first batch's shape, then compile again, dynamic,
+        at the second shape; starting dynamic saves that second warm-up (tens of seconds on a CPU)."""
+        args = super()._build_accelerator_args(**kwargs)
+        plugin = args.get("dynamo_plugin")
+        if self.args.torch_compile and plugin is not None:
+            plugin.dynamic = True
+        return args
 
     def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
         """The engine wraps the model here (DDP, FSDP, DeepSpeed); what it made is checked before the first step."""
@@ -190,7 +203,7 @@ def training_arguments(config: Config, run_dir: Path, has_eval: bool,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         learning_rate=t.lr, lr_scheduler_type=t.scheduler, warmup_steps=warmup,
         weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, optim=t.optimizer,
-        activation_checkpointing=t.gradient_checkpointing,
+        activation_checkpointing=t.gradient_checkpointing, torch_compile=t.torch_compile,
         activation_checkpointing_kwargs={"use_reentrant": False} if t.gradient_checkpointing else None,
         seed=t.seed, data_seed=t.seed,
         logging_steps=t.logging_steps, logging_first_step=True,
@@ -230,10 +243,10 @@ def load_splits(config: Config):
     return train_records, val_records, reports
 
 
-def check_context_length(config: Config, base_path: str) -> None:
-    """Refuse a data.max_length the backbone cannot read: past its context a learned position table has no entry
-    (an index error mid-run) and rotary positions were never trained on."""
-    limit = base_context_length(base_path, config.model.trust_remote_code)
+def check_context_length(config: Config, backbone) -> None:
+    """Refuse a data.max_length the backbone (its config) cannot read: past its context a learned position table
+    has no entry (an index error mid-run) and rotary positions were never trained on."""
+    limit = context_length(backbone) if backbone is not None else None
     if limit is not None and config.data.max_length > limit:
         raise PRMError(f"data.max_length={config.data.max_length} but the backbone {config.model.base} reads at most "
                        f"{limit} tokens (its context); set data.max_length={limit} or less")
@@ -247,9 +260,13 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     # Data and backbone problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
     base_path = resolve_base(config.model.base, config.model.gguf_file)
-    check_context_length(config, base_path)
+    backbone = base_config(base_path, config.model.trust_remote_code)
+    check_context_length(config, backbone)
     precision = resolve_precision(config.precision)
     check_attention_precision(config.model.attn_implementation, precision)
+    if config.training.torch_compile:
+        check_compilable(precision.device, "training.torch_compile")
+        check_compiled_combination(config, getattr(backbone, "model_type", None))
     check_deepspeed_saves_weights(config)
     args = training_arguments(config, config.run_dir, has_eval=bool(val_records), precision=precision)
     # Asking the engine's arguments for their device joins the process group under a launcher; the run folder is
@@ -322,13 +339,26 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     if is_main_process() and not (resume_from and (run_dir / CONFIG_FILE).is_file()):
         write_text_atomic(run_dir / CONFIG_FILE, config_to_yaml(config))
 
+    if config.training.torch_compile and is_main_process():
+        print("prmkit: training.torch_compile: the model is compiled at the first step, which waits for it (tens of "
+              "seconds on a CPU; compiled kernels are cached for later runs)", flush=True)
     started = time.perf_counter()
+    steps_before = trainer.state.global_step
     try:
         result = trainer.train(resume_from_checkpoint=resume_from)
     except pickle.UnpicklingError as err:  # transformers reads optimizer/scheduler/rng files with weights_only=True
         raise PRMError(f"training.resume={resume_from}: a file in this checkpoint holds more than tensors, and "
                        f"nothing is unpickled beyond tensors ({refused_object(err)}). Resume only from "
                        "checkpoints your own runs wrote") from None
+    except Exception as err:
+        if config.training.torch_compile and raised_while_compiling(err):
+            trained = trainer.state.global_step - steps_before
+            raise PRMError(f"training.torch_compile: torch.compile failed on this model ({type(err).__name__}: "
+                           f"{str(err).splitlines()[0] if str(err) else ''}) after {trained} optimizer step(s) of "
+                           "this launch; set training.torch_compile=false"
+                           f"{' and training.resume=latest to go on from the last checkpoint' if trained else ''}"
+                           ) from err
+        raise
     duration = time.perf_counter() - started
     save_final_model(trainer, run_dir, tokenizer, metadata)  # before the evaluation: see FinalStepFlow
     eval_metrics = trainer.evaluate() if val_chains else {}
