@@ -24,7 +24,8 @@ from prmkit.training.trainer import train
 
 def uneven_records(count: int) -> list[dict]:
     """Chains of one to seven steps, one problem each, so batches come in many lengths."""
-    return [{"prompt": f"What is {i} + 12?", "completions": [f"Step {k}: {i} + {k} = {i + k}." for k in range(1 + i % 7)],
+    return [{"prompt": f"What is {i} + 12?",
+             "completions": [f"Step {k}: {i} + {k} = {i + k}." for k in range(1 + i % 7)],
              "labels": [float((i + k) % 3 != 0) for k in range(1 + i % 7)]} for i in range(count)]
 
 
