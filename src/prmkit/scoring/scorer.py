@@ -4,17 +4,21 @@ Inputs go through `tokenize_chain`, the function training used, so a chain score
 evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow) is read through its own format
 instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding
 stays small, each batch is padded once, and the model has no LM head, so no vocabulary-sized logits are computed.
-Chains with one prompt (a best-of-N or GRPO group) read its tokens once (`prmkit.scoring.prefix`).
+Chains with one prompt (a best-of-N or GRPO group) read its tokens once (`prmkit.scoring.prefix`), and inside
+`kept_caches` (a tree search's rounds) a chain runs only the tokens after a chain scored by an earlier call
+(`prmkit.scoring.kv_store`).
 """
 
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from prmkit.device import resolve_device, resolve_dtype
 from prmkit.errors import PRMError
@@ -31,7 +35,8 @@ from prmkit.scoring.formats import (
     model_folder,
 )
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
-from prmkit.scoring.prefix import PrefixCache, shared_prefix_groups
+from prmkit.scoring.kv_store import KEPT_CACHE_MB, KVStore, keeps_full_attention
+from prmkit.scoring.prefix import KeptChain, cache_argument, forward_after, kept_row, read_prefix, shared_prefix_groups
 from prmkit.scoring.options import ScoringOptions
 from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
 
@@ -62,6 +67,7 @@ class PRMScorer:
         # chains with one prompt read its tokens once (prmkit.scoring.prefix); a public format's reader has its own
         # forward pass, so it always reads chains whole
         self.reuse_prefix = reuse_prefix and reader is None
+        self._kept: KVStore | None = None  # keys and values kept across calls, inside `kept_caches` only
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, device: str | None = DEFAULTS.device,
@@ -138,44 +144,114 @@ class PRMScorer:
         return rank_candidates(scores, aggregate, steps=steps,
                                texts=[c if isinstance(c, str) else None for c in candidates])
 
+    @contextmanager
+    def kept_caches(self, max_mb: float = KEPT_CACHE_MB) -> Iterator[KVStore | None]:
+        """Keep the keys and values of every chain scored inside the block, so that a later `score_many` call in it
+        runs each chain only after the longest kept chain it begins with (`prmkit.scoring.kv_store`): a tree
+        search's round then reads only its new steps. Scores are those of a full pass. At most `max_mb` mebibytes
+        are kept, the least recently used chains dropped first, and all of it is freed when the block ends. Yields
+        the store, or None where nothing can be kept (a public format, reuse_prefix off, a model with
+        sliding-window or other layers that do not keep every token), which then scores as without the block.
+        Inside an active block, the outer block's store goes on being used."""
+        store = KVStore(max_mb)  # raises on a budget out of range
+        if self._kept is not None or not self.reuse_prefix or not keeps_full_attention(self.model):
+            yield self._kept if self.reuse_prefix else None
+            return
+        self._kept = store
+        try:
+            yield store
+        finally:
+            self._kept = None
+
+    @property
+    def _store(self) -> KVStore | None:
+        """The kept caches in use: None outside `kept_caches`, and while reuse_prefix is off."""
+        return self._kept if self.reuse_prefix else None
+
     @torch.inference_mode()
     def score_many(self, chains: Sequence[tuple[str, Sequence[str]]]) -> list[list[float | None]]:
         """Scores for many (prompt, steps) chains, in input order; batches are formed by length."""
         tokenized = [self.tokenize(prompt, steps) for prompt, steps in chains]
         results: list[list[float | None]] = [[None] * chain.steps_dropped for chain in tokenized]
         scorable = [i for i in range(len(tokenized)) if tokenized[i].step_positions]  # else no step fits
+        starts: dict[int, KeptChain] = {}
+        if self._store is not None:
+            scorable, starts = self._look_up_kept(tokenized, scorable, results)
         groups, scorable = shared_prefix_groups(tokenized, scorable, [p for p, _ in chains]) if self.reuse_prefix \
             else ([], scorable)
+        groups, scorable = _leave_groups_for_kept(groups, scorable, starts)
         for shared, members in groups:
             self._score_group(tokenized, shared, members, results)
-        collate = StepCollator(self.tokenizer.pad_token_id)
-        lengths = [len(chain.input_ids) for chain in tokenized]
-        for indices in self._batches(sorted(scorable, key=lambda i: lengths[i]), lengths):
-            batch = [tokenized[i] for i in indices]
-            inputs = collate([{"input_ids": chain.input_ids} for chain in batch])  # the training collator's padding
-            output = self.model(input_ids=inputs["input_ids"].to(self.device),
-                                attention_mask=inputs["attention_mask"].to(self.device))
-            # A public format's model gives its step probabilities already; a prmkit PRM gives the head's output.
-            scores = (output if self.reader is not None
-                      else scores_from_head(self.metadata.loss, output.logits.squeeze(-1))).cpu()
-            for row, index in enumerate(indices):
-                chain = batch[row]
-                results[index] = scores[row, chain.step_positions].tolist() + [None] * chain.steps_dropped
+        self._score_after(tokenized, {i: starts[i] for i in scorable if i in starts}, results)
+        self._score_whole(tokenized, [i for i in scorable if i not in starts], results)
         return results
 
+    def _look_up_kept(self, tokenized: list[TokenizedChain], indices: list[int],
+                      results: list) -> tuple[list[int], dict[int, KeptChain]]:
+        """A chain kept whole is answered from its kept scores; the others get the longest kept chain they begin
+        with, where there is one. Returns the chains left to run, and those kept starts."""
+        left, starts = [], {}
+        for index in indices:
+            chain = tokenized[index]
+            kept = self._store.longest_prefix(chain.input_ids)
+            if kept is not None and len(kept) == len(chain.input_ids):
+                results[index] = _step_scores(chain, kept.scores)
+                continue
+            left.append(index)
+            if kept is not None:
+                starts[index] = kept
+        return left, starts
+
+    def _score_whole(self, tokenized: list[TokenizedChain], indices: list[int], results: list) -> None:
+        """Chains read from their first token, in length-sorted batches padded by the training collator."""
+        collate = StepCollator(self.tokenizer.pad_token_id)
+        lengths = [len(chain.input_ids) for chain in tokenized]
+        for batch_indices in self._batches(sorted(indices, key=lambda i: lengths[i]), lengths):
+            batch = [tokenized[i] for i in batch_indices]
+            inputs = collate([{"input_ids": chain.input_ids} for chain in batch])
+            cache = DynamicCache(config=self.model.config) if self._store is not None else None
+            keep = {"use_cache": True, cache_argument(self.model): cache} if cache is not None else {}
+            output = self.model(input_ids=inputs["input_ids"].to(self.device),
+                                attention_mask=inputs["attention_mask"].to(self.device), **keep)
+            # A public format's model gives its step probabilities already; a prmkit PRM gives the head's output.
+            scores = output.cpu() if self.reader is not None else self._head_scores(output)
+            for row, (index, chain) in enumerate(zip(batch_indices, batch)):
+                results[index] = _step_scores(chain, scores[row])
+                if cache is not None:
+                    length = len(chain.input_ids)
+                    self._store.add(kept_row(cache, row, 0, length, chain.input_ids, scores[row, :length].clone()))
+
     def _score_group(self, tokenized: list[TokenizedChain], shared: int, members: list[int], results: list) -> None:
-        """Chains whose first `shared` tokens are the same: those tokens once (the scores of steps that end in them
-        read there), then the rest of each chain in batches."""
-        prefix = PrefixCache(self.model, tokenized[members[0]].input_ids[:shared], self.device)
-        head = scores_from_head(self.metadata.loss, prefix.output.logits.squeeze(-1))[0].cpu()
-        rest = {i: len(tokenized[i].input_ids) - shared for i in members}  # the tokens each chain still runs
-        for indices in self._batches(sorted(members, key=rest.get), rest, cached=shared):
-            output = prefix.forward([tokenized[i].input_ids[shared:] for i in indices], self.tokenizer.pad_token_id)
-            scores = scores_from_head(self.metadata.loss, output.logits.squeeze(-1)).cpu()
+        """Chains whose first `shared` tokens are the same: those tokens once (only the ones after the longest kept
+        chain they begin with), then the rest of each chain in batches."""
+        ids = tokenized[members[0]].input_ids[:shared]
+        start = self._store.longest_prefix(ids) if self._store is not None else None
+        prefix = read_prefix(self.model, ids, self.device, self._head_scores, start)
+        self._score_after(tokenized, dict.fromkeys(members, prefix), results)
+
+    def _score_after(self, tokenized: list[TokenizedChain], starts: dict[int, KeptChain], results: list) -> None:
+        """Each chain run on from its start (a shared prefix, or a chain kept from an earlier call): only the tokens
+        after it, in batches; the scores of steps that end inside the start are read from it."""
+        if not starts:
+            return
+        rest = {i: len(tokenized[i].input_ids) - len(starts[i]) for i in starts}  # the tokens each chain still runs
+        cached = max(len(start) for start in starts.values())
+        for indices in self._batches(sorted(starts, key=rest.get), rest, cached=cached):
+            output, cache, width = forward_after(self.model, [starts[i] for i in indices],
+                                                 [tokenized[i].input_ids[len(starts[i]):] for i in indices],
+                                                 self.tokenizer.pad_token_id, self.device)
+            scores = self._head_scores(output)
             for row, index in enumerate(indices):
-                chain = tokenized[index]
-                results[index] = [head[p].item() if p < shared else scores[row, p - shared].item()
-                                  for p in chain.step_positions] + [None] * chain.steps_dropped
+                start, chain = starts[index], tokenized[index]
+                every_position = torch.cat([start.scores, scores[row, :rest[index]]])
+                results[index] = _step_scores(chain, every_position)
+                if self._store is not None:
+                    self._store.add(kept_row(cache, row, width - len(start), width + rest[index], chain.input_ids,
+                                             every_position))
+
+    def _head_scores(self, output) -> torch.Tensor:
+        """The step score at every position of a prmkit PRM's output ([rows, tokens], on the CPU)."""
+        return scores_from_head(self.metadata.loss, output.logits.squeeze(-1)).cpu()
 
     def _batches(self, order: list[int], lengths, cached: int = 0):
         """Consecutive runs of the length-sorted chains (`lengths[i]`: the tokens chain i runs in this pass, after
@@ -199,6 +275,26 @@ class PRMScorer:
             real += length
         if batch:
             yield batch
+
+
+def _step_scores(chain: TokenizedChain, every_position: torch.Tensor) -> list[float | None]:
+    """A chain's step scores from the scores at each of its positions; None for each step max_length dropped."""
+    return every_position[chain.step_positions].tolist() + [None] * chain.steps_dropped
+
+
+def _leave_groups_for_kept(groups: list[tuple[int, list[int]]], rest: list[int],
+                           starts: dict[int, KeptChain]) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """A chain whose kept start reaches as far as its cluster's shared tokens runs on from that instead; a cluster
+    left with one chain is no cluster."""
+    kept_groups, rest = [], list(rest)
+    for shared, members in groups:
+        staying = [m for m in members if m not in starts or len(starts[m]) < shared]
+        rest += [m for m in members if m not in staying]
+        if len(staying) > 1:
+            kept_groups.append((shared, staying))
+        else:
+            rest += staying
+    return kept_groups, rest
 
 
 def _load(folder: str | Path, prm_format: str | None, *, trust_remote_code: bool, allow_pickle: bool,

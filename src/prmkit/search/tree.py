@@ -19,10 +19,14 @@ beam with no step at all has no score and ranks below every scored one.
 
 Ties go to the earlier beam (the children of better-ranked parents come first), so a search is deterministic for
 a given generator output.
+
+A PRMScorer keeps the keys and values of every chain it scored during a search (`kept_caches`), so a round's
+`score_many` call runs only the new step of each child on top of its parent, scored the round before.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -76,6 +80,14 @@ def _extend(generator: Generator, scorer, problems: Sequence[str], parents: list
     return [beam for beam, _ in children]
 
 
+def kept_caches(scorer):
+    """The scorer's keys and values kept from one round to the next (PRMScorer.kept_caches), so that a round reads
+    only each child's new step and not its parent's whole chain again; freed when the search ends. A scorer without
+    them (a served PRM, a test's fake) scores as it does."""
+    keep = getattr(scorer, "kept_caches", None)
+    return keep() if keep is not None else nullcontext()
+
+
 def shares(total: int, parts: int) -> list[int]:
     """`total` children over `parts` parents, as evenly as possible, the first parents taking the extra."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
@@ -92,20 +104,21 @@ def beam_search(generator: Generator, scorer, problems: Sequence[str], options: 
     open_beams: list[list[Beam]] = [[Beam(p)] for p in range(len(problems))]
     ended: list[list[Beam]] = [[] for _ in problems]
     generated: list[list[int]] = [[] for _ in problems]
-    for round_index in range(options.max_rounds):
-        parents = [(beam, count) for beams in open_beams for beam, count in zip(beams, shares(n, len(beams)))]
-        if not parents:
-            break
-        for p, beams in enumerate(open_beams):
-            if beams:
-                generated[p].append(n)
-        children = _extend(generator, scorer, problems, parents, options,
-                           final=round_index == options.max_rounds - 1,
-                           seed=derive_seed(seed, "beam", round_index), tokens=tokens)
-        for p in range(len(problems)):
-            mine = [c for c in children if c.problem == p]
-            ended[p] += [c for c in mine if c.ended]
-            open_beams[p] = _best([c for c in mine if not c.ended], keep)
+    with kept_caches(scorer):
+        for round_index in range(options.max_rounds):
+            parents = [(beam, count) for beams in open_beams for beam, count in zip(beams, shares(n, len(beams)))]
+            if not parents:
+                break
+            for p, beams in enumerate(open_beams):
+                if beams:
+                    generated[p].append(n)
+            children = _extend(generator, scorer, problems, parents, options,
+                               final=round_index == options.max_rounds - 1,
+                               seed=derive_seed(seed, "beam", round_index), tokens=tokens)
+            for p in range(len(problems)):
+                mine = [c for c in children if c.problem == p]
+                ended[p] += [c for c in mine if c.ended]
+                open_beams[p] = _best([c for c in mine if not c.ended], keep)
     results = []
     for p in range(len(problems)):
         candidates = [b.solution for b in _best(ended[p] + open_beams[p], n)]
@@ -120,20 +133,21 @@ def dvts(generator: Generator, scorer, problems: Sequence[str], options: SearchO
     open_beams: list[list[Beam]] = [[Beam(p) for _ in range(subtrees)] for p in range(len(problems))]
     ended: list[list[Beam]] = [[] for _ in problems]
     generated: list[list[int]] = [[] for _ in problems]
-    for round_index in range(options.max_rounds):
-        parents = [(beam, width) for beams in open_beams for beam in beams]
-        if not parents:
-            break
-        for p, beams in enumerate(open_beams):
-            if beams:
-                generated[p].append(len(beams) * width)
-        children = _extend(generator, scorer, problems, parents, options,
-                           final=round_index == options.max_rounds - 1,
-                           seed=derive_seed(seed, "dvts", round_index), tokens=tokens)
-        open_beams = [[] for _ in problems]
-        for start in range(0, len(children), width):
-            best = _best(children[start:start + width], 1)[0]
-            (ended[best.problem] if best.ended else open_beams[best.problem]).append(best)
+    with kept_caches(scorer):
+        for round_index in range(options.max_rounds):
+            parents = [(beam, width) for beams in open_beams for beam in beams]
+            if not parents:
+                break
+            for p, beams in enumerate(open_beams):
+                if beams:
+                    generated[p].append(len(beams) * width)
+            children = _extend(generator, scorer, problems, parents, options,
+                               final=round_index == options.max_rounds - 1,
+                               seed=derive_seed(seed, "dvts", round_index), tokens=tokens)
+            open_beams = [[] for _ in problems]
+            for start in range(0, len(children), width):
+                best = _best(children[start:start + width], 1)[0]
+                (ended[best.problem] if best.ended else open_beams[best.problem]).append(best)
     results = []
     for p in range(len(problems)):
         candidates = [b.solution for b in _best(ended[p] + open_beams[p], subtrees)]
