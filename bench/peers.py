@@ -136,8 +136,8 @@ def warm_cache(work: Path, name: str, command: list[str]) -> tuple[Path, list[st
     """A kernel cache filled by a short run of the same settings (once, untimed), for `command`."""
     cache = work / f"inductor-warm-{name}"
     if not cache.is_dir():
-        warm_up = [arg for arg in command if not arg.startswith("run_name=")] + ["run_name=warm-up",
-                                                                                 "training.max_steps=2"]
+        warm_up = [arg for arg in command if not arg.startswith("run_name=") and arg != "--overwrite"] + [
+            "run_name=warm-up", "training.max_steps=2", "--overwrite"]
         run(["/usr/bin/env", f"TORCHINDUCTOR_CACHE_DIR={cache}", *warm_up])
     return cache, command
 

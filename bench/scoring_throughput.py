@@ -1,6 +1,6 @@
 """Scoring throughput on SmolLM2-135M, 8-step chains: prmkit's batched one-pass scorer vs one forward per step
-prefix (how several earlier tools score) vs one-pass but one chain at a time. All three give the same scores
-(checked here); only the cost differs.
+prefix (how several earlier tools score) vs one-pass but one chain at a time, and the batched scorer compiled
+(`compile=True`, its warm-up timed apart). All give the same scores (checked here); only the cost differs.
 
     python bench/scoring_throughput.py --chains 32 --repeats 3 --out bench/results/scoring.json
 """
@@ -63,9 +63,15 @@ def main() -> None:
     single = PRMScorer(batched.model, batched.tokenizer, batched.metadata, device="cpu", batch_size=1)
     chains = eight_step_chains(args.chains)
     batched.score_many(chains[:2])  # warm-up
+    compiled = PRMScorer(batched.model, batched.tokenizer, batched.metadata, device="cpu",
+                         batch_size=args.batch_size, compile=True)
+    # the compilation, as the first call of a compiled scorer waits for it: a batch of several chains and a
+    # batch of one (torch.compile specialises batches of one)
+    warm_up_s, _ = timed(lambda: (compiled.score_many(chains[:2]), compiled.score_many(chains[:1])))
 
     variants = {
         "batched_one_pass": lambda: batched.score_many(chains),
+        "batched_one_pass_compiled": lambda: compiled.score_many(chains),
         "unbatched_one_pass": lambda: [single.score(p, s) for p, s in chains],
         "per_step_prefix": lambda: [per_prefix_scores(single, p, s) for p, s in chains],
     }
@@ -77,12 +83,14 @@ def main() -> None:
             times[name].append(seconds)
             print(f"repeat {repeat + 1}: {name:20s} {args.chains / seconds:7.2f} chains/s", flush=True)
     reference = outputs["per_step_prefix"]
-    max_diff = max(abs(a - b) for name in ("batched_one_pass", "unbatched_one_pass")
+    max_diff = max(abs(a - b) for name in ("batched_one_pass", "unbatched_one_pass", "batched_one_pass_compiled")
                    for x, y in zip(outputs[name], reference) for a, b in zip(x, y))
     summary = {name: {"chains_per_s": args.chains / statistics.median(t)} for name, t in times.items()}
     batched = summary["batched_one_pass"]["chains_per_s"]
     summary["speedup_vs_per_prefix"] = batched / summary["per_step_prefix"]["chains_per_s"]
     summary["speedup_vs_unbatched"] = batched / summary["unbatched_one_pass"]["chains_per_s"]
+    summary["compiled_vs_batched"] = summary["batched_one_pass_compiled"]["chains_per_s"] / batched
+    summary["compile_warm_up_s"] = warm_up_s
     summary["max_score_difference"] = max_diff
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "seconds": times}, indent=2))

@@ -49,3 +49,10 @@ def tiny_run(tiny_llama, tmp_path_factory) -> Path:
     scoring, reward, evaluation, serving and distributed tests. Tests read it; none writes into it except
     `prmkit eval`'s default output folder (RUN/eval/...)."""
     return train_tiny_run(tiny_llama, tmp_path_factory.mktemp("tiny-run"), "training.save_steps=1")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_run(tiny_gpt2, tmp_path_factory) -> Path:
+    """The same tiny LoRA run on the GPT-2-style model (learned positions, another attention and cache layout),
+    for the scoring tests that must hold on both architectures. Read only."""
+    return train_tiny_run(tiny_gpt2, tmp_path_factory.mktemp("tiny-gpt2-run"))

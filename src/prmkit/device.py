@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 
 import torch
@@ -112,6 +113,31 @@ def check_compilable(device: str, key: str) -> None:
         if not has_triton():
             raise PRMError(f"{key} on a GPU needs Triton (inductor builds Triton kernels), which is not installed; "
                            f"pip install triton, or turn {key} off")
+
+
+# Entered only while compiling: dynamo's frame conversion (tracing) and inductor's graph compilation (the backward
+# graph is compiled lazily, at the first backward pass). Compiled code that runs (and, say, runs out of memory)
+# passes through neither.
+COMPILING_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
+                   os.path.join("torch", "_inductor", "compile_fx.py"))
+
+
+def raised_while_compiling(err: BaseException) -> bool:
+    """Whether an error came from torch.compile compiling: one of dynamo's own error types (a failed backend,
+    an unsupported construct), whose tracebacks dynamo shortens, or a plain Python error (an AssertionError)
+    raised from inside the compiler."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    return isinstance(err, TorchDynamoException) or \
+        any(f.filename.endswith(COMPILING_FILES) for f in traceback.extract_tb(err.__traceback__))
+
+
+def compile_failure(err: BaseException) -> str:
+    """The error torch.compile's own wrapper (BackendCompilerFailed, ...) holds, as 'Type: first line'."""
+    while getattr(err, "inner_exception", None) is not None or err.__cause__ is not None:
+        err = getattr(err, "inner_exception", None) or err.__cause__
+    lines = str(err).splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import build_tokenizer, train_tiny_run
+from tiny_models import build_tokenizer
 from transformers import AutoModelForTokenClassification, LlamaConfig, Qwen2Config
 
 from prmkit.errors import PRMError
@@ -21,14 +21,9 @@ PROMPT = "Compute 3 + 4 * 2 - 5, step by step."
 OTHER = "Add 5 and 6."
 
 
-@pytest.fixture(scope="module")
-def gpt2_run(tiny_gpt2, tmp_path_factory):
-    return train_tiny_run(tiny_gpt2, tmp_path_factory.mktemp("gpt2-run"))
-
-
 @pytest.fixture(params=["llama", "gpt2"])
-def scorer(request, tiny_run, gpt2_run):
-    run = tiny_run if request.param == "llama" else gpt2_run
+def scorer(request, tiny_run, tiny_gpt2_run):
+    run = tiny_run if request.param == "llama" else tiny_gpt2_run
     return PRMScorer.from_pretrained(run, device="cpu", batch_size=3)
 
 

@@ -7,7 +7,6 @@ and the model reads fewer tokens."""
 from __future__ import annotations
 
 import pytest
-from tiny_models import train_tiny_run
 
 from prmkit.scoring.prefix import MIN_SHARED_TOKENS, common_prefix, shared_prefix_groups
 from prmkit.scoring.scorer import PRMScorer
@@ -15,14 +14,9 @@ from prmkit.scoring.scorer import PRMScorer
 TOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def gpt2_run(tiny_gpt2, tmp_path_factory):
-    return train_tiny_run(tiny_gpt2, tmp_path_factory.mktemp("gpt2-run"))
-
-
 @pytest.fixture(params=["llama", "gpt2"])
-def scorer(request, tiny_run, gpt2_run):
-    run = tiny_run if request.param == "llama" else gpt2_run
+def scorer(request, tiny_run, tiny_gpt2_run):
+    run = tiny_run if request.param == "llama" else tiny_gpt2_run
     return PRMScorer.from_pretrained(run, device="cpu", batch_size=2)
 
 

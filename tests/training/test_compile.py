@@ -2,13 +2,15 @@
 losses and its saved PRM's scores), compiles once for chains of every length, and a machine that cannot compile
 is refused before the run starts."""
 
+import contextlib
 import json
+import logging
 import shutil
 
 import pytest
 import torch
+import torch._inductor.compile_fx
 import torch._inductor.config as inductor
-from torch._dynamo.utils import counters
 
 from prmkit.config import load_config
 from prmkit.data.synthetic import generate_records
@@ -18,7 +20,6 @@ from prmkit.loss import step_loss
 from prmkit.model import apply_lora, load_token_classifier, load_tokenizer
 from prmkit.scoring.scorer import PRMScorer
 from prmkit.tokenize import StepCollator, tokenize_records
-from prmkit.training import engine
 from prmkit.training.trainer import train
 
 
@@ -55,29 +56,45 @@ def test_compiled_model_gives_the_eager_loss_and_gradients(kind, finetune, reque
         torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@contextlib.contextmanager
+def recompile_reasons():
+    """The guard failures that made torch.compile compile a region again, as dynamo logs them."""
+    reasons: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: reasons.append(record.getMessage())
+    logger = logging.getLogger("torch._dynamo.guards.__recompiles")
+    torch._logging.set_logs(recompiles=True)
+    logger.addHandler(handler)
+    try:
+        yield reasons
+    finally:
+        logger.removeHandler(handler)
+        torch._logging.set_logs()
+
+
 def run_pair(root, base, *overrides):
     """The same run eager and compiled: (log history, scores of the final PRM on held-out chains) of each, and
-    the graphs torch.compile built for the compiled one."""
+    why torch.compile compiled a region again in the compiled one."""
     write_jsonl(generate_records(40, seed=5), root / "train.jsonl")  # three to six steps: batches of many lengths
     held_out = [(r["prompt"], r["completions"]) for r in generate_records(6, seed=11)]
     results = {}
     for compiled in (False, True):
-        counters.clear()
         run = f"compiled-{compiled}"
-        train(load_config(None, [
-            f"model.base={base}", f"data.train={root / 'train.jsonl'}", "data.max_length=160", f"output_dir={root}",
-            f"run_name={run}", "training.max_steps=8", "training.batch_size=4", "training.logging_steps=1",
-            "training.lr=5e-3", "data.val_fraction=0.2", "training.eval_steps=4", "training.save_steps=4",
-            f"training.torch_compile={compiled}", *overrides]))
+        with recompile_reasons() as reasons:
+            train(load_config(None, [
+                f"model.base={base}", f"data.train={root / 'train.jsonl'}", "data.max_length=160",
+                f"output_dir={root}", f"run_name={run}", "training.max_steps=8", "training.batch_size=4",
+                "training.logging_steps=1", "training.lr=5e-3", "data.val_fraction=0.2", "training.eval_steps=4",
+                "training.save_steps=4", f"training.torch_compile={compiled}", *overrides]))
         history = json.loads((root / run / "trainer_state.json").read_text())["log_history"]
         scores = PRMScorer.from_pretrained(root / run, device="cpu").score_many(held_out)
         checkpoint = PRMScorer.from_pretrained(root / run / "checkpoint-4", device="cpu").score_many(held_out)
-        results[compiled] = (history, scores, checkpoint, counters["stats"]["unique_graphs"])
+        results[compiled] = (history, scores, checkpoint, reasons)
     return results
 
 
 def assert_same_run(results):
-    (eager_history, eager_scores, eager_checkpoint, _), (history, scores, checkpoint, graphs) = \
+    (eager_history, eager_scores, eager_checkpoint, _), (history, scores, checkpoint, recompiles) = \
         results[False], results[True]
     losses = [(h["step"], key, h[key]) for h in history for key in ("loss", "eval_loss") if key in h]
     eager_losses = [(h["step"], key, h[key]) for h in eager_history for key in ("loss", "eval_loss") if key in h]
@@ -88,8 +105,13 @@ def assert_same_run(results):
     for ours, eager in ((scores, eager_scores), (checkpoint, eager_checkpoint)):
         flat, eager_flat = sum(ours, []), sum(eager, [])
         assert flat == pytest.approx(eager_flat, abs=1e-4) and len(flat) > 10
-    # batches of many lengths, training and evaluation: one graph, built with symbolic shapes, no recompilation
-    assert graphs == 1
+    # batches of many lengths, training and evaluation: shapes are symbolic from the first step, so no region is
+    # compiled again for a new length. Regions are compiled again for other reasons: the first layer's input needs
+    # no gradient, and one compiled wrapper serves modules with parameters of other shapes (GPT-2's two embeddings)
+    assert recompiles
+    guard_failures = [line for reason in recompiles for line in reason.splitlines()]
+    assert not [line for line in guard_failures if ("size mismatch" in line or "stride mismatch" in line) and
+                "_parameters" not in line]
 
 
 def test_compiled_lora_run_with_packing_and_a_probe_head_trains_as_the_eager_one(tiny_llama, tmp_path):
@@ -101,36 +123,30 @@ def test_compiled_full_fine_tune_with_gradient_checkpointing_trains_as_the_eager
     assert_same_run(run_pair(tmp_path, tiny_llama, "model.finetune=full", "training.gradient_checkpointing=true"))
 
 
-def test_compiled_full_fine_tune_of_gpt2_trains_as_the_eager_one(tiny_gpt2, tmp_path):
+def test_compiled_checkpointed_full_fine_tune_of_gpt2_trains_as_the_eager_one(tiny_gpt2, tmp_path):
     """GPT-2's dropout draws from another random stream when compiled, so runs are compared without it."""
     base = tmp_path / "gpt2-no-dropout"
     shutil.copytree(tiny_gpt2, base)
     config = json.loads((base / "config.json").read_text())
     config.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0)
     (base / "config.json").write_text(json.dumps(config))
-    assert_same_run(run_pair(tmp_path, base, "model.finetune=full"))
+    assert_same_run(run_pair(tmp_path, base, "model.finetune=full", "training.gradient_checkpointing=true"))
 
 
-def gpt2_checkpointed_config(base, root):
-    write_jsonl(generate_records(8, seed=3), root / "train.jsonl")
-    return load_config(None, [f"model.base={base}", f"data.train={root / 'train.jsonl'}", f"output_dir={root}",
-                              "run_name=run", "data.max_length=160", "training.max_steps=2", "lora.r=4",
-                              "training.torch_compile=true", "training.gradient_checkpointing=true"])
+def test_a_compile_failure_at_the_first_step_says_what_to_set(tiny_llama, tmp_path, monkeypatch):
+    """torch.compile's own error, here a bare AssertionError from the compiler, becomes a PRMError that names the
+    setting."""
+    def failing_compiler(graph, example_inputs, **kwargs):
+        raise AssertionError("a compiler that cannot compile this graph")
 
-
-def test_a_combination_compile_fails_on_is_refused_before_the_run_starts(tiny_gpt2, tmp_path):
-    with pytest.raises(PRMError, match="gradient_checkpointing on a gpt2 backbone: dynamo fails"):
-        train(gpt2_checkpointed_config(tiny_gpt2, tmp_path))
-    assert not (tmp_path / "run").exists()
-
-
-def test_a_compile_failure_at_the_first_step_says_what_to_set(tiny_gpt2, tmp_path, monkeypatch):
-    """The same combination let through: torch.compile's own error (a bare AssertionError) becomes a PRMError
-    that names the setting."""
-    monkeypatch.setattr(engine, "COMPILE_FAILURES", {})
-    with pytest.raises(PRMError, match=r"torch.compile failed on this model \(AssertionError.*after 0 optimizer "
-                                       r"step\(s\) of this launch; set training.torch_compile=false$"):
-        train(gpt2_checkpointed_config(tiny_gpt2, tmp_path))
+    monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx", failing_compiler)
+    write_jsonl(generate_records(8, seed=3), tmp_path / "train.jsonl")
+    with pytest.raises(PRMError, match=r"torch.compile failed on this model \(AssertionError: a compiler that cannot "
+                                       r"compile this graph\) after 0 optimizer step\(s\) of this launch; "
+                                       r"set training.torch_compile=false$"):
+        train(load_config(None, [f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}",
+                                 f"output_dir={tmp_path}", "run_name=run", "data.max_length=160",
+                                 "training.max_steps=2", "lora.r=4", "training.torch_compile=true"]))
 
 
 def test_a_machine_without_a_compiler_is_refused_before_the_run_starts(tiny_llama, tmp_path):

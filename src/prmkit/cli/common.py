@@ -45,12 +45,16 @@ def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
                         help="how to read the model folder: a prmkit run, or a public PRM (qwen: Qwen2.5-Math-PRM; "
                              "math-shepherd: step tag 'ки', '+'/'-'; rlhflow: each step a user turn) (default: "
                              "detected from its config.json and tokenizer)")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the model with torch.compile (inductor, weights frozen as constants): faster "
+                             "forward passes over whole chains after a warm-up of a minute or two on a CPU; needs a "
+                             "C++ compiler (CPU) or Triton (GPU); prmkit PRMs only")
 
 
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     return ScoringOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size,
                           max_batch_tokens=args.max_batch_tokens, max_length=args.max_length,
-                          prm_format=args.prm_format)
+                          prm_format=args.prm_format, compile=args.compile)
 
 
 def write_json(path: str | None, payload: dict) -> None:

@@ -73,6 +73,9 @@ def cmd_serve(args) -> int:
         print(f"prmkit serve: warning: {warning}", file=sys.stderr)
     quiet_transformers()
     scorer = PRMScorer.from_options(args.run, scoring_options(args))
+    if scorer.compiled:  # before listening: the first requests would otherwise wait for the compilation
+        print("prmkit serve: compiling the model (--compile)...", file=sys.stderr, flush=True)
+        print(f"prmkit serve: compiled in {scorer.warm_up():.0f} s", file=sys.stderr, flush=True)
     app = create_app(scorer, options, token=token, model_name=str(args.run))
     print(f"prmkit serve: {args.run} loaded on {scorer.device.type} (batch {scorer.batch_size} chains, separator "
           f"{scorer.metadata.separator!r}, token {'required' if token else 'off'})", file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ class ScoringOptions:
     max_batch_tokens: int | None = None  # padded tokens per forward pass (chains x longest chain)
     max_length: int | None = None  # tokens read per chain; None: the run's training max_length
     prm_format: str | None = None  # how to read the model folder (PRM_FORMATS); None: detected from the folder
+    compile: bool = False  # torch.compile the forward pass over whole chains (prmkit PRMs)
 
     def __post_init__(self):
         if self.batch_size < 1:

@@ -12,6 +12,7 @@ Chains with one prompt (a best-of-N or GRPO group) read its tokens once (`prmkit
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
-from prmkit.device import resolve_device, resolve_dtype
+from prmkit.device import check_compilable, compile_failure, raised_while_compiling, resolve_device, resolve_dtype
 from prmkit.errors import PRMError
 from prmkit.loss import scores_from_head
 from prmkit.model import METADATA_FILE, PRMMetadata, context_length, head_name, load_prm
@@ -51,7 +52,7 @@ class PRMScorer:
     def __init__(self, model, tokenizer, metadata: PRMMetadata, *, device: str | None = DEFAULTS.device,
                  dtype: str | torch.dtype | None = DEFAULTS.dtype, batch_size: int = DEFAULTS.batch_size,
                  max_batch_tokens: int | None = DEFAULTS.max_batch_tokens, reader: ChainReader | None = None,
-                 reuse_prefix: bool = True):
+                 reuse_prefix: bool = True, compile: bool = DEFAULTS.compile):
         ScoringOptions(batch_size=batch_size, max_batch_tokens=max_batch_tokens)  # raises on values out of range
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -68,6 +69,8 @@ class PRMScorer:
         # forward pass, so it always reads chains whole
         self.reuse_prefix = reuse_prefix and reader is None
         self._kept: KVStore | None = None  # keys and values kept across calls, inside `kept_caches` only
+        self.compiled = compile
+        self._whole_forward = self._compiled_model() if compile else self.model
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, device: str | None = DEFAULTS.device,
@@ -76,7 +79,8 @@ class PRMScorer:
                         allow_pickle: bool = False, merge_adapter: bool = True,
                         max_length: int | None = DEFAULTS.max_length, prm_format: str | None = DEFAULTS.prm_format,
                         step_tag: str = ChainReader.step_tag, good_token: str = ChainReader.good_token,
-                        bad_token: str = ChainReader.bad_token, reuse_prefix: bool = True) -> "PRMScorer":
+                        bad_token: str = ChainReader.bad_token, reuse_prefix: bool = True,
+                        compile: bool = DEFAULTS.compile) -> "PRMScorer":
         """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
         the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
         longer chains than the PRM was trained on, up to the backbone's context (beyond it is refused, as is a run
@@ -106,14 +110,14 @@ class PRMScorer:
         if merge_adapter:
             model = merge_lora_adapter(model)
         return cls(model, tokenizer, metadata, device=device, dtype=dtype, batch_size=batch_size,
-                   max_batch_tokens=max_batch_tokens, reader=reader, reuse_prefix=reuse_prefix)
+                   max_batch_tokens=max_batch_tokens, reader=reader, reuse_prefix=reuse_prefix, compile=compile)
 
     @classmethod
     def from_options(cls, folder: str | Path, options: ScoringOptions, **kwargs) -> "PRMScorer":
         """`from_pretrained` with the settings of `prmkit score`, `prmkit eval` and `prmkit serve`."""
         return cls.from_pretrained(folder, device=options.device, dtype=options.dtype, batch_size=options.batch_size,
                                    max_batch_tokens=options.max_batch_tokens, max_length=options.max_length,
-                                   prm_format=options.prm_format, **kwargs)
+                                   prm_format=options.prm_format, compile=options.compile, **kwargs)
 
     def tokenize(self, prompt: str, steps: Sequence[str], max_length: int | None = None) -> TokenizedChain:
         """The ids the model reads for a chain and where each step's score is read (at most `max_length` tokens,
@@ -180,9 +184,12 @@ class PRMScorer:
         groups, scorable = shared_prefix_groups(tokenized, scorable, [p for p, _ in chains]) if self.reuse_prefix \
             else ([], scorable)
         groups, scorable = _leave_groups_for_kept(groups, scorable, starts)
+        after = {i: starts[i] for i in scorable if i in starts}
         for shared, members in groups:
-            self._score_group(tokenized, shared, members, results)
-        self._score_after(tokenized, {i: starts[i] for i in scorable if i in starts}, results)
+            after.update(dict.fromkeys(members, self._read_shared(tokenized, shared, members)))
+        # the continuations of every group (and of every kept start) in one length-sorted run of batches, so a
+        # group's short and long continuations pad against others of their length, not against each other
+        self._score_after(tokenized, after, results)
         self._score_whole(tokenized, [i for i in scorable if i not in starts], results)
         return results
 
@@ -211,8 +218,10 @@ class PRMScorer:
             inputs = collate([{"input_ids": chain.input_ids} for chain in batch])
             cache = DynamicCache(config=self.model.config) if self._store is not None else None
             keep = {"use_cache": True, cache_argument(self.model): cache} if cache is not None else {}
-            output = self.model(input_ids=inputs["input_ids"].to(self.device),
-                                attention_mask=inputs["attention_mask"].to(self.device), **keep)
+            # the compiled model runs plain batches; one that fills a cache to keep runs eager
+            forward = self.model if cache is not None else self._whole_forward
+            output = self._run(forward, input_ids=inputs["input_ids"].to(self.device),
+                               attention_mask=inputs["attention_mask"].to(self.device), **keep)
             # A public format's model gives its step probabilities already; a prmkit PRM gives the head's output.
             scores = output.cpu() if self.reader is not None else self._head_scores(output)
             for row, (index, chain) in enumerate(zip(batch_indices, batch)):
@@ -221,13 +230,12 @@ class PRMScorer:
                     length = len(chain.input_ids)
                     self._store.add(kept_row(cache, row, 0, length, chain.input_ids, scores[row, :length].clone()))
 
-    def _score_group(self, tokenized: list[TokenizedChain], shared: int, members: list[int], results: list) -> None:
-        """Chains whose first `shared` tokens are the same: those tokens once (only the ones after the longest kept
-        chain they begin with), then the rest of each chain in batches."""
+    def _read_shared(self, tokenized: list[TokenizedChain], shared: int, members: list[int]) -> KeptChain:
+        """The first `shared` tokens of the chains `members`, which they all begin with, read once (only the ones
+        after the longest kept chain they begin with)."""
         ids = tokenized[members[0]].input_ids[:shared]
         start = self._store.longest_prefix(ids) if self._store is not None else None
-        prefix = read_prefix(self.model, ids, self.device, self._head_scores, start)
-        self._score_after(tokenized, dict.fromkeys(members, prefix), results)
+        return read_prefix(self.model, ids, self.device, self._head_scores, start)
 
     def _score_after(self, tokenized: list[TokenizedChain], starts: dict[int, KeptChain], results: list) -> None:
         """Each chain run on from its start (a shared prefix, or a chain kept from an earlier call): only the tokens
@@ -248,6 +256,39 @@ class PRMScorer:
                 if self._store is not None:
                     self._store.add(kept_row(cache, row, width - len(start), width + rest[index], chain.input_ids,
                                              every_position))
+
+    def warm_up(self) -> float:
+        """Compile now, not at the first real call (a server does this before it listens): score a batch of two
+        short chains and a batch of one. Returns the seconds it took; nothing to do unless compiled."""
+        if not self.compiled:
+            return 0.0
+        started = time.perf_counter()
+        self.score_many([("What is 1 + 1?", ["1 + 1 = 2.", "The answer is 2."]), ("What is 2 + 3?", ["2 + 3 = 5."])])
+        self.score_many([("What is 4 - 1?", ["4 - 1 = 3."])])
+        return time.perf_counter() - started
+
+    def _compiled_model(self):
+        """The model under torch.compile for whole-chain batches: shapes symbolic from the first call (one graph
+        for every batch size and length, a second for batches of one chain, which torch.compile specialises), and
+        weights frozen as constants, which lets inductor fold and pre-pack them (BENCHMARKS.md, "Compiled
+        scoring"). Frozen weights are read at compilation: a model whose weights change afterwards needs a new
+        scorer."""
+        if self.reader is not None:
+            raise PRMError(f"compile applies to prmkit PRMs; this is a {self.prm_format} PRM, read through its own "
+                           "format's forward pass. Leave compile off for it")
+        check_compilable(self.device.type, "compile")
+        return torch.compile(self.model, dynamic=True, options={"freezing": True})
+
+    def _run(self, forward, **inputs):
+        """`forward(**inputs)`, with a failure inside torch.compile turned into the setting to change."""
+        try:
+            return forward(**inputs)
+        except Exception as err:
+            if forward is self.model or not raised_while_compiling(err):
+                raise
+            raise PRMError(f"compile: torch.compile failed on this model "
+                           f"({compile_failure(err)}); score without compile (drop --compile, "
+                           "or compile=False)") from err
 
     def _head_scores(self, output) -> torch.Tensor:
         """The step score at every position of a prmkit PRM's output ([rows, tokens], on the CPU)."""

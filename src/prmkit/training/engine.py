@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import traceback
 from pathlib import Path
 
 import torch
@@ -44,37 +43,6 @@ def check_attention_precision(attn_implementation: str | None, precision: Precis
         raise PRMError(f"model.attn_implementation={attn_implementation} computes in bf16 or fp16 only, and this "
                        f"run computes in fp32 on {precision.device}; set precision=auto (bf16/fp16 autocast on a "
                        "GPU), bf16 or fp16, or use model.attn_implementation=sdpa")
-
-
-# Combinations that fail inside torch.compile (torch 2.13, transformers 5.24), found by training the tiny test
-# models; refused before the run starts rather than at its first step.
-COMPILE_FAILURES = {
-    ("gpt2", "gradient_checkpointing"): "dynamo fails tracing GPT-2's checkpointed blocks (an internal assertion, "
-                                        "'lift_tracked_freevar_to_input should not be called on root SubgraphTracer')",
-}
-
-
-def check_compiled_combination(config: Config, model_type: str | None) -> None:
-    """Refuse training.torch_compile with a setting that torch.compile is known to fail on for this backbone."""
-    settings = {"gradient_checkpointing": config.training.gradient_checkpointing}
-    for setting, on in settings.items():
-        reason = COMPILE_FAILURES.get((model_type, setting))
-        if on and reason:
-            raise PRMError(f"training.torch_compile with training.{setting} on a {model_type} backbone: {reason}; "
-                           f"set training.torch_compile=false or training.{setting}=false")
-
-
-# Entered only while compiling: dynamo's frame conversion (tracing) and inductor's graph compilation (the backward
-# graph is compiled lazily, at the first backward pass). Compiled code that runs (and, say, runs out of memory)
-# passes through neither.
-COMPILING_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
-                   os.path.join("torch", "_inductor", "compile_fx.py"))
-
-
-def raised_while_compiling(err: BaseException) -> bool:
-    """Whether an error came from torch.compile compiling, which may raise plain Python errors (an
-    AssertionError) rather than types of its own."""
-    return any(f.filename.endswith(COMPILING_FILES) for f in traceback.extract_tb(err.__traceback__))
 
 
 def forward_autocast(precision: Precision):

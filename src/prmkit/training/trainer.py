@@ -18,7 +18,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from prmkit.backbones import resolve_base
 from prmkit.config import Config, DistributedConfig, config_to_yaml
 from prmkit.data.io import load_records
-from prmkit.device import Precision, check_compilable, resolve_precision
+from prmkit.device import Precision, check_compilable, compile_failure, raised_while_compiling, resolve_precision
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import step_metrics
 from prmkit.files import write_json_atomic, write_text_atomic
@@ -40,12 +40,10 @@ from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, token
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
 from prmkit.training.engine import (
     check_attention_precision,
-    check_compiled_combination,
     check_deepspeed_saves_weights,
     check_weights_saved,
     check_wrapping,
     forward_autocast,
-    raised_while_compiling,
     uses_flash_attention,
 )
 from prmkit.training.head_init import init_head_from_probe, set_head
@@ -96,6 +94,7 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
         plugin = args.get("dynamo_plugin")
         if self.args.torch_compile and plugin is not None:
             plugin.dynamic = True
+            plugin.use_regional_compilation = True
         return args
 
     def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
@@ -266,7 +265,6 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     check_attention_precision(config.model.attn_implementation, precision)
     if config.training.torch_compile:
         check_compilable(precision.device, "training.torch_compile")
-        check_compiled_combination(config, getattr(backbone, "model_type", None))
     check_deepspeed_saves_weights(config)
     args = training_arguments(config, config.run_dir, has_eval=bool(val_records), precision=precision)
     # Asking the engine's arguments for their device joins the process group under a launcher; the run folder is
@@ -353,8 +351,8 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     except Exception as err:
         if config.training.torch_compile and raised_while_compiling(err):
             trained = trainer.state.global_step - steps_before
-            raise PRMError(f"training.torch_compile: torch.compile failed on this model ({type(err).__name__}: "
-                           f"{str(err).splitlines()[0] if str(err) else ''}) after {trained} optimizer step(s) of "
+            raise PRMError(f"training.torch_compile: torch.compile failed on this model "
+                           f"({compile_failure(err)}) after {trained} optimizer step(s) of "
                            "this launch; set training.torch_compile=false"
                            f"{' and training.resume=latest to go on from the last checkpoint' if trained else ''}"
                            ) from err
