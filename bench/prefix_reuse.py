@@ -208,6 +208,7 @@ def main() -> None:
     parser.add_argument("--tight-mb", type=float, default=256, help="the kept caches' budget in the tight variant")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--skip-groups", action="store_true", help="measure the searches only")
+    parser.add_argument("--skip-searches", action="store_true", help="measure the groups only")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "prefix_reuse.json"))
     args = parser.parse_args()
     if not Path(args.gsm8k).is_file():
@@ -248,7 +249,7 @@ def main() -> None:
               f"same best chain: {results[name]['same_best_chain']}", flush=True)
     lines = [step for row in rows for step in row["steps"]]
     problems = [row["question"] for row in rows[:args.search_problems]]
-    for method in ("beam", "dvts"):
+    for method in () if args.skip_searches else ("beam", "dvts"):
         name = f"{method}_search_8_rounds"
         results[name] = found = measure_search(scorer, method, problems, lines, args.repeats, args.tight_mb, tokens)
         print(f"{name}: PRM seconds " + ", ".join(f"{v} {s:.1f}" for v, s in found["prm_seconds"].items()) +
