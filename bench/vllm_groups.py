@@ -11,7 +11,8 @@ completions, as bench/prefix_reuse.py builds them) are scored by SmolLM2-135M wi
     vLLM prefix cache the same with enable_prefix_caching=True
 
 prmkit runs here (.venv); vLLM runs in .venv-vllm (scripts/setup_vllm.sh), after prmkit, never at the same time.
-Each way is warmed up on one group, then timed `--repeats` times over all groups (median). Scores must agree with
+Each way is warmed up on one group, then timed `--repeats` times over all groups (median; prmkit's two ways
+alternate). Scores must agree with
 prmkit's whole-chain scores.
 
     .venv/bin/python bench/vllm_groups.py --out bench/results/vllm_groups.json
@@ -53,12 +54,17 @@ def timed(work, repeats: int) -> tuple[list[float], object]:
 
 
 def measure_prmkit(scorer, chains: list, size: int, repeats: int) -> dict:
-    results = {}
-    for name, reuse in (("prmkit_whole", False), ("prmkit_reuse", True)):
+    """Whole chains and prefix reuse, alternating repeat by repeat, so a slow spell of the machine hits both."""
+    ways = {"prmkit_whole": False, "prmkit_reuse": True}
+    results = {name: {"seconds": [], "scores": None} for name in ways}
+    for name, reuse in ways.items():  # warm-up
         scorer.reuse_prefix = reuse
-        scorer.score_many(chains[:size])  # warm-up
-        seconds, scores = timed(lambda: scorer.score_many(chains), repeats)
-        results[name] = {"seconds": seconds, "scores": scores}
+        scorer.score_many(chains[:size])
+    for _ in range(repeats):
+        for name, reuse in ways.items():
+            scorer.reuse_prefix = reuse
+            seconds, results[name]["scores"] = timed(lambda: scorer.score_many(chains), 1)
+            results[name]["seconds"] += seconds
     return results
 
 
