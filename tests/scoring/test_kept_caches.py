@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from forward_counts import tokens_read
 from tiny_models import build_tokenizer
 from transformers import AutoModelForTokenClassification, LlamaConfig, Qwen2Config
 
@@ -39,17 +40,6 @@ def search_rounds() -> list[list[tuple[str, list[str]]]]:
     return [[(PROMPT, s) for s in first],
             [(PROMPT, s) for s in second] + [(OTHER, ["5 + 6 = 11."]), (PROMPT, ["Let 4 * 2 = 8 first."])],
             [(PROMPT, s) for s in third] + [(PROMPT, second[3]), (OTHER, ["5 + 6 = 11.", "The answer is 11."])]]
-
-
-def tokens_read(scorer, chains) -> tuple[list, int]:
-    """The scores, and the tokens the model read for them (padding included)."""
-    seen = []
-    hook = scorer.model.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append(kwargs["input_ids"].numel()), with_kwargs=True)
-    try:
-        return scorer.score_many(chains), sum(seen)
-    finally:
-        hook.remove()
 
 
 def rounds_read(scorer, rounds) -> tuple[list, list[int]]:

@@ -7,6 +7,7 @@ and the model reads fewer tokens."""
 from __future__ import annotations
 
 import pytest
+from forward_counts import tokens_read
 
 from prmkit.scoring.prefix import MIN_SHARED_TOKENS, common_prefix, shared_prefix_groups
 from prmkit.scoring.scorer import PRMScorer
@@ -28,16 +29,6 @@ def groups_of_chains() -> list[tuple[str, list[str]]]:
              (prompt, ["4 * 2 = 8.", "3 + 8 = 11."] * 10)]  # past max_length: steps dropped
     alone = [("What is 9 - 2?", ["9 - 2 = 7."]), ("Add 5 and 6.", ["5 + 6 = 11.", "The answer is 11."])]
     return [alone[0], *group[:3], alone[1], *group[3:], group[0]]  # and a copy of a chain, as samples often are
-
-
-def tokens_read(scorer, chains) -> tuple[list, int]:
-    seen = []
-    hook = scorer.model.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append(kwargs["input_ids"].numel()), with_kwargs=True)
-    try:
-        return scorer.score_many(chains), sum(seen)
-    finally:
-        hook.remove()
 
 
 def test_shared_prompt_scores_equal_a_full_pass_of_every_chain(scorer):
