@@ -15,7 +15,8 @@ max_length 256, batch 4, one epoch, on the CPU, one run at a time, in the order 
     prmkit full    full fine-tune, lr 1e-5
     *-compiled     pk-lora-random / pk-full with training.torch_compile=true and an empty kernel cache (a user's
                    first compiled run: the compilation is in the wall time); *-compiled-warm with a cache that an
-                   untimed two-step run of the same settings filled (every later run)
+                   untimed two-step run of the same settings filled (every later run); pk-lora-packed-compiled-warm
+                   adds training.packing=true (the same batches without padding)
 
 Each run is timed whole (`/usr/bin/time`: wall seconds and peak RSS), model loading and saving included, as a user
 would wait for it. With --eval-rows, each trained PRM then scores held-out phase-1 test rows with its own
@@ -84,8 +85,8 @@ def main() -> None:
                                                                 work / "eval.jsonl")
     ratios = {}
     for ours, peer in (("pk-lora", "trl"), ("pk-lora-random", "trl"), ("pk-lora-compiled", "trl"),
-                       ("pk-lora-compiled-warm", "trl"), ("pk-full", "soup"), ("pk-full-compiled", "soup"),
-                       ("pk-full-compiled-warm", "soup")):
+                       ("pk-lora-compiled-warm", "trl"), ("pk-lora-packed-compiled-warm", "trl"), ("pk-full", "soup"),
+                       ("pk-full-compiled", "soup"), ("pk-full-compiled-warm", "soup")):
         if ours in summary and peer in summary:
             ratios[f"{ours} / {peer}"] = {
                 "rows_per_s": round(summary[ours]["rows_per_s"] / summary[peer]["rows_per_s"], 3),
@@ -116,6 +117,10 @@ def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: 
             work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length)),
         "pk-lora-compiled-warm": lambda out: compiled(warm_cache(work, "lora", prmkit_train(
             work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length))),
+        # the same batches without padding (training.packing: the same loss and gradients), compiled, warm cache
+        "pk-lora-packed-compiled-warm": lambda out: compiled(warm_cache(work, "lora-packed", prmkit_train(
+            work, base, train_rows, out, *LORA_RANDOM, "training.packing=true", "training.torch_compile=true",
+            max_length=max_length))),
         "pk-full-compiled": lambda out: compiled(work / f"inductor-{out.name}", prmkit_train(
             work, base, train_rows, out, *FULL, "training.torch_compile=true", max_length=max_length)),
         "pk-full-compiled-warm": lambda out: compiled(warm_cache(work, "full", prmkit_train(
