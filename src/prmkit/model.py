@@ -179,14 +179,13 @@ def context_length(config) -> int | None:
                  if isinstance(value := getattr(config, key, None), int) and value > 0), None)
 
 
-def base_config(path: str, trust_remote_code: bool = False):
-    """A backbone's config alone, before any weights are loaded; None where it cannot be read
-    (load_token_classifier reports such a model, with the fix)."""
+def base_context_length(path: str, trust_remote_code: bool = False) -> int | None:
+    """`context_length` of a backbone, read from its config alone, before any weights are loaded."""
     warn_remote_code(path, trust_remote_code)
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return context_length(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
     except (OSError, ValueError):
-        return None
+        return None  # load_token_classifier reports a model it cannot read, with the fix
 
 
 LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")

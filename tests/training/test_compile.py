@@ -133,6 +133,14 @@ def test_compiled_checkpointed_full_fine_tune_of_gpt2_trains_as_the_eager_one(ti
     assert_same_run(run_pair(tmp_path, base, "model.finetune=full", "training.gradient_checkpointing=true"))
 
 
+def compiled_run_config(base, root):
+    """A short compiled LoRA run on 8 synthetic records, into root/run."""
+    write_jsonl(generate_records(8, seed=3), root / "train.jsonl")
+    return load_config(None, [f"model.base={base}", f"data.train={root / 'train.jsonl'}", f"output_dir={root}",
+                              "run_name=run", "data.max_length=160", "training.max_steps=2", "lora.r=4",
+                              "training.torch_compile=true"])
+
+
 def test_a_compile_failure_at_the_first_step_says_what_to_set(tiny_llama, tmp_path, monkeypatch):
     """torch.compile's own error, here a bare AssertionError from the compiler, becomes a PRMError that names the
     setting."""
@@ -140,20 +148,14 @@ def test_a_compile_failure_at_the_first_step_says_what_to_set(tiny_llama, tmp_pa
         raise AssertionError("a compiler that cannot compile this graph")
 
     monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx", failing_compiler)
-    write_jsonl(generate_records(8, seed=3), tmp_path / "train.jsonl")
     with pytest.raises(PRMError, match=r"torch.compile failed on this model \(AssertionError: a compiler that cannot "
                                        r"compile this graph\) after 0 optimizer step\(s\) of this launch; "
                                        r"set training.torch_compile=false$"):
-        train(load_config(None, [f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}",
-                                 f"output_dir={tmp_path}", "run_name=run", "data.max_length=160",
-                                 "training.max_steps=2", "lora.r=4", "training.torch_compile=true"]))
+        train(compiled_run_config(tiny_llama, tmp_path))
 
 
 def test_a_machine_without_a_compiler_is_refused_before_the_run_starts(tiny_llama, tmp_path):
-    write_jsonl(generate_records(8, seed=3), tmp_path / "train.jsonl")
-    config = load_config(None, [f"model.base={tiny_llama}", f"data.train={tmp_path / 'train.jsonl'}",
-                                f"output_dir={tmp_path}", "run_name=run", "data.max_length=160",
-                                "training.torch_compile=true"])
+    config = compiled_run_config(tiny_llama, tmp_path)
     with inductor.patch({"cpp.cxx": ("prmkit-test-no-such-compiler",)}), \
             pytest.raises(PRMError, match="training.torch_compile on CPU needs a C\\+\\+ compiler"):
         train(config)

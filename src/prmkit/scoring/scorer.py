@@ -69,7 +69,6 @@ class PRMScorer:
         # forward pass, so it always reads chains whole
         self.reuse_prefix = reuse_prefix and reader is None
         self._kept: KVStore | None = None  # keys and values kept across calls, inside `kept_caches` only
-        self.compiled = compile
         self._whole_forward = self._compiled_model() if compile else self.model
 
     @classmethod
@@ -166,6 +165,11 @@ class PRMScorer:
             yield store
         finally:
             self._kept = None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether whole-chain batches run through torch.compile (`compile=True`)."""
+        return self._whole_forward is not self.model
 
     @property
     def _store(self) -> KVStore | None:

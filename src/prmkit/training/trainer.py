@@ -27,8 +27,7 @@ from prmkit.model import (
     PRMMetadata,
     add_separator_token,
     apply_lora,
-    base_config,
-    context_length,
+    base_context_length,
     head_name,
     load_token_classifier,
     load_tokenizer,
@@ -89,7 +88,10 @@ class PRMTrainer(AtomicCheckpoints, Trainer):
     def _build_accelerator_args(self, **kwargs):
         """With training.torch_compile, batch shapes are symbolic from the first compilation: chains vary in
         length, and torch.compile's default would compile the first batch's shape, then compile again, dynamic,
-        at the second shape; starting dynamic saves that second warm-up (tens of seconds on a CPU)."""
+        at the second shape; starting dynamic saves that second warm-up. And the model is compiled by regions: the
+        decoder layer, which every layer shares, is compiled once and reused, so the first step waits for one
+        layer's compilation rather than the whole model's (6x sooner on SmolLM2-135M, at the same step time:
+        BENCHMARKS.md, "Compiled training")."""
         args = super()._build_accelerator_args(**kwargs)
         plugin = args.get("dynamo_plugin")
         if self.args.torch_compile and plugin is not None:
@@ -242,10 +244,10 @@ def load_splits(config: Config):
     return train_records, val_records, reports
 
 
-def check_context_length(config: Config, backbone) -> None:
-    """Refuse a data.max_length the backbone (its config) cannot read: past its context a learned position table
-    has no entry (an index error mid-run) and rotary positions were never trained on."""
-    limit = context_length(backbone) if backbone is not None else None
+def check_context_length(config: Config, base_path: str) -> None:
+    """Refuse a data.max_length the backbone cannot read: past its context a learned position table has no entry
+    (an index error mid-run) and rotary positions were never trained on."""
+    limit = base_context_length(base_path, config.model.trust_remote_code)
     if limit is not None and config.data.max_length > limit:
         raise PRMError(f"data.max_length={config.data.max_length} but the backbone {config.model.base} reads at most "
                        f"{limit} tokens (its context); set data.max_length={limit} or less")
@@ -259,8 +261,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     # Data and backbone problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
     base_path = resolve_base(config.model.base, config.model.gguf_file)
-    backbone = base_config(base_path, config.model.trust_remote_code)
-    check_context_length(config, backbone)
+    check_context_length(config, base_path)
     precision = resolve_precision(config.precision)
     check_attention_precision(config.model.attn_implementation, precision)
     if config.training.torch_compile:
