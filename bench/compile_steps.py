@@ -6,8 +6,9 @@ process: the first step (which waits for the compilation) apart from the median 
 Modes: `eager`; `regional`, what `training.torch_compile` does (the decoder layer compiled once and reused for every
 layer); `whole`, the whole model compiled as one graph (transformers' other setting, for comparison). Each compiled
 mode runs twice with its own kernel cache: emptied first (a user's first compiled run), then as that run left it.
-SmolLM2-135M, LoRA r16 all-linear, batch 4, max_length 256, separator "\\n", as bench/peers.py trains it. ROWS is
-stepwise rows, e.g. the PRM800K rows that bench/peers.py writes (../shared/peers/prm800k_rows.py).
+SmolLM2-135M, LoRA r16 all-linear, fully random batches of 4, max_length 256, separator "\\n", as bench/peers.py
+trains it (the learning rate is prmkit's default, which does not change a step's time). ROWS is stepwise rows, e.g.
+the PRM800K rows that bench/peers.py writes (../shared/peers/prm800k_rows.py).
 """
 
 from __future__ import annotations

@@ -97,7 +97,8 @@ def main() -> None:
     print(table(payload))
 
 
-LORA_RANDOM = ("lora.r=16", "lora.alpha=32", "training.lr=1e-4", "training.group_by_length=false")
+LORA = ("lora.r=16", "lora.alpha=32", "training.lr=1e-4")
+LORA_RANDOM = (*LORA, "training.group_by_length=false")
 FULL = ("model.finetune=full", "training.lr=1e-5")
 
 
@@ -106,45 +107,46 @@ def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: 
     return {
         "trl": lambda out: [str(args.peers_dir / "trl" / "bin" / "python"), str(args.harness / "trl_prm.py"), base,
                             str(train_rows), str(out), "lora", str(max_length)],
-        "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, "lora.r=16", "lora.alpha=32",
-                                            "training.lr=1e-4", max_length=max_length),
+        "pk-lora": lambda out: prmkit_train(work, base, train_rows, out, *LORA, max_length=max_length),
         "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, *LORA_RANDOM, max_length=max_length),
         "soup": lambda out: soup_train(args, work, base, train_rows, out, max_length=max_length),
         "pk-full": lambda out: prmkit_train(work, base, train_rows, out, *FULL, max_length=max_length),
         # compiled: a fresh kernel cache per run (a user's first compiled run), or one filled by an earlier run of
         # the same settings (every later run)
-        "pk-lora-compiled": lambda out: compiled(work / f"inductor-{out.name}", prmkit_train(
+        "pk-lora-compiled": lambda out: cold_cache(work / f"inductor-{out.name}", prmkit_train(
             work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length)),
-        "pk-lora-compiled-warm": lambda out: compiled(warm_cache(work, "lora", prmkit_train(
-            work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length))),
+        "pk-lora-compiled-warm": lambda out: warm_cache(work, "lora", prmkit_train(
+            work, base, train_rows, out, *LORA_RANDOM, "training.torch_compile=true", max_length=max_length)),
         # the same batches without padding (training.packing: the same loss and gradients), compiled, warm cache
-        "pk-lora-packed-compiled-warm": lambda out: compiled(warm_cache(work, "lora-packed", prmkit_train(
+        "pk-lora-packed-compiled-warm": lambda out: warm_cache(work, "lora-packed", prmkit_train(
             work, base, train_rows, out, *LORA_RANDOM, "training.packing=true", "training.torch_compile=true",
-            max_length=max_length))),
-        "pk-full-compiled": lambda out: compiled(work / f"inductor-{out.name}", prmkit_train(
+            max_length=max_length)),
+        "pk-full-compiled": lambda out: cold_cache(work / f"inductor-{out.name}", prmkit_train(
             work, base, train_rows, out, *FULL, "training.torch_compile=true", max_length=max_length)),
-        "pk-full-compiled-warm": lambda out: compiled(warm_cache(work, "full", prmkit_train(
-            work, base, train_rows, out, *FULL, "training.torch_compile=true", max_length=max_length))),
+        "pk-full-compiled-warm": lambda out: warm_cache(work, "full", prmkit_train(
+            work, base, train_rows, out, *FULL, "training.torch_compile=true", max_length=max_length)),
     }
 
 
-def compiled(cache: Path | tuple[Path, list[str]], command: list[str] | None = None) -> list[str]:
-    """`command` with torch.compile's kernel cache in `cache` (emptied first unless it is a warm one)."""
-    if isinstance(cache, tuple):
-        cache, command = cache
-    else:
-        shutil.rmtree(cache, ignore_errors=True)
+def with_cache(cache: Path, command: list[str]) -> list[str]:
+    """`command` with torch.compile's kernel cache in `cache`."""
     return ["/usr/bin/env", f"TORCHINDUCTOR_CACHE_DIR={cache}", *command]
 
 
-def warm_cache(work: Path, name: str, command: list[str]) -> tuple[Path, list[str]]:
-    """A kernel cache filled by a short run of the same settings (once, untimed), for `command`."""
+def cold_cache(cache: Path, command: list[str]) -> list[str]:
+    """`command` with an empty kernel cache: a user's first compiled run."""
+    shutil.rmtree(cache, ignore_errors=True)
+    return with_cache(cache, command)
+
+
+def warm_cache(work: Path, name: str, command: list[str]) -> list[str]:
+    """`command` with a kernel cache filled by a short run of the same settings (once, untimed)."""
     cache = work / f"inductor-warm-{name}"
     if not cache.is_dir():
         warm_up = [arg for arg in command if not arg.startswith("run_name=") and arg != "--overwrite"] + [
             "run_name=warm-up", "training.max_steps=2", "--overwrite"]
-        run(["/usr/bin/env", f"TORCHINDUCTOR_CACHE_DIR={cache}", *warm_up])
-    return cache, command
+        run(with_cache(cache, warm_up))
+    return with_cache(cache, command)
 
 
 def prmkit_train(work: Path, base: str, train_rows: Path, out: Path, *overrides: str,

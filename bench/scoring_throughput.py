@@ -65,9 +65,7 @@ def main() -> None:
     batched.score_many(chains[:2])  # warm-up
     compiled = PRMScorer(batched.model, batched.tokenizer, batched.metadata, device="cpu",
                          batch_size=args.batch_size, compile=True)
-    # the compilation, as the first call of a compiled scorer waits for it: a batch of several chains and a
-    # batch of one (torch.compile specialises batches of one)
-    warm_up_s, _ = timed(lambda: (compiled.score_many(chains[:2]), compiled.score_many(chains[:1])))
+    warm_up_s = compiled.warm_up()  # the compilation, which a compiled scorer's first calls would wait for
 
     variants = {
         "batched_one_pass": lambda: batched.score_many(chains),
