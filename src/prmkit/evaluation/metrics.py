@@ -163,3 +163,47 @@ def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> di
                                          for g in groups]))
                      for how in aggregations}
     return result
+
+
+def within_problem_auroc(groups: Sequence[tuple[Sequence[float | None], Sequence[bool]]]) -> dict:
+    """How often a PRM scores a right candidate above a wrong candidate of the SAME problem (ties count half): what
+    best-of-N and weighted voting need from a PRM, free of how hard each problem is. A step or chain AUROC pooled
+    over problems also rewards knowing which problems are hard; this does not.
+
+    `groups` holds one (scores, correct) pair per problem. A candidate with no usable score (None, NaN) is left
+    out of every pair. `auroc` weighs each problem with a right and a wrong candidate equally (the mean of their
+    per-problem AUROCs); `auroc_pooled` counts every pair once, so problems with many pairs weigh more.
+    `one_sided` counts problems with no pair (all right, all wrong, or unscored)."""
+    per_problem: list[float] = []
+    pairs = wins = 0.0
+    one_sided = 0
+    for scores, correct in groups:
+        if len(scores) != len(correct):
+            raise ValueError(f"{len(scores)} scores for {len(correct)} candidates")
+        usable = [(float(s), bool(c)) for s, c in zip(scores, correct) if s is not None and not math.isnan(s)]
+        right = [s for s, c in usable if c]
+        wrong = [s for s, c in usable if not c]
+        if not right or not wrong:
+            one_sided += 1
+            continue
+        problem_wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in right for b in wrong)
+        per_problem.append(problem_wins / (len(right) * len(wrong)))
+        pairs += len(right) * len(wrong)
+        wins += problem_wins
+    return {"auroc": float(np.mean(per_problem)) if per_problem else None,
+            "auroc_pooled": wins / pairs if pairs else None,
+            "problems": len(per_problem), "pairs": int(pairs), "one_sided": one_sided}
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, iterations: int = 10_000, seed: int = 0) -> dict:
+    """Mean of a - b over problems with a 95% percentile interval, resampling problems (the pairs) together, so an
+    effect shared by both methods on one problem does not widen the interval."""
+    diffs = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} outcomes paired with {len(b)}")
+    if diffs.size == 0:
+        return {"difference": None, "low": None, "high": None, "problems": 0}
+    rng = np.random.default_rng(seed)
+    means = diffs[rng.integers(0, diffs.size, size=(iterations, diffs.size))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return {"difference": float(diffs.mean()), "low": float(low), "high": float(high), "problems": int(diffs.size)}
