@@ -36,8 +36,19 @@ KEPT_CACHE_MB = 2048
 def keeps_full_attention(model) -> bool:
     """Whether every layer of the model's cache holds all the tokens' keys and values (a plain DynamicLayer), so
     that a later pass can run on from any prefix of them."""
+    return partial_cache_layers(model) is None
+
+
+def partial_cache_layers(model) -> str | None:
+    """None where every layer of the model's cache is a plain DynamicLayer; else the names of the other layer kinds
+    it has (a sliding window keeps only its window, a linear-attention or convolution layer a running state that a
+    slice of tokens does not describe, a hybrid layer both), which neither prefix reuse nor kept caches can run on
+    from."""
     layers = DynamicCache(config=model.config).layers
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    if not layers:  # layers made on first use: their kind is not known before a pass
+        return "made on first use, of a kind its config does not say"
+    others = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    return ", ".join(others) or None
 
 
 class KVStore:

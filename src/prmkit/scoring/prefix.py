@@ -14,6 +14,9 @@ clusters greedily: a chain joins the current cluster while the tokens the cluste
 s tokens save (k - 1) x s), so the children of two beams form two clusters, each sharing its parent's whole prefix,
 rather than one that shares only the prompt. Every chain keeps at least its last token out of the prefix. A chain
 alone, or a cluster that shares fewer than MIN_SHARED_TOKENS tokens, takes the ordinary path and costs what it did.
+
+Running on from a prefix needs every layer of the model's cache to hold all its tokens' keys and values (plain full
+attention); the scorer reads every chain of any other model whole (`prmkit.scoring.kv_store.partial_cache_layers`).
 """
 
 from __future__ import annotations
@@ -116,7 +119,10 @@ def forward_after(model, starts: Sequence[KeptChain], continuations: Sequence[Se
     """The model's output for each continuation read after its start (rows may share one), in one batch; the
     cache that pass filled; and `width`, the slots before the continuations. Each row's start is right-aligned to
     the longest (the gap before a shorter one is masked), so a row's start and continuation are one run of slots,
-    and its positions go on from its own start's length."""
+    and its positions go on from its own start's length. A row's padding after a short continuation repeats its
+    last real position: counted on, a long start's padding would pass the position table of a GPT-2-style model
+    (every chain fitting it) and raise the largest position, which dynamic and longrope RoPE scaling read, so
+    padding would change the real tokens' scores."""
     width = max(len(start) for start in starts)
     tokens = max(len(c) for c in continuations)
     ids = torch.full((len(starts), tokens), pad_id, dtype=torch.long)
@@ -125,7 +131,7 @@ def forward_after(model, starts: Sequence[KeptChain], continuations: Sequence[Se
     for row, (start, continuation) in enumerate(zip(starts, continuations)):
         ids[row, :len(continuation)] = torch.tensor(list(continuation))
         mask[row, width - len(start):width + len(continuation)] = 1
-        positions[row] = torch.arange(len(start), len(start) + tokens)
+        positions[row] = torch.arange(len(start), len(start) + tokens).clamp(max=len(start) + len(continuation) - 1)
     cache = batch_cache(model, starts, width)  # the forward pass appends to it
     output = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                    use_cache=True, **{cache_argument(model): cache})

@@ -36,7 +36,7 @@ from prmkit.scoring.formats import (
     model_folder,
 )
 from prmkit.scoring.inputs import Candidate, Separator, split_steps
-from prmkit.scoring.kv_store import KEPT_CACHE_MB, KVStore, keeps_full_attention
+from prmkit.scoring.kv_store import KEPT_CACHE_MB, KVStore, partial_cache_layers
 from prmkit.scoring.prefix import KeptChain, cache_argument, forward_after, kept_row, read_prefix, shared_prefix_groups
 from prmkit.scoring.options import ScoringOptions
 from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
@@ -65,9 +65,8 @@ class PRMScorer:
         self.max_batch_tokens = max_batch_tokens
         self.reader = reader
         self.prm_format = "prmkit" if reader is None else reader.name
-        # chains with one prompt read its tokens once (prmkit.scoring.prefix); a public format's reader has its own
-        # forward pass, so it always reads chains whole
-        self.reuse_prefix = reuse_prefix and reader is None
+        self._said_why_whole = False
+        self.reuse_prefix = reuse_prefix
         self._kept: KVStore | None = None  # keys and values kept across calls, inside `kept_caches` only
         self._whole_forward = self._compiled_model() if compile else self.model
 
@@ -157,7 +156,7 @@ class PRMScorer:
         sliding-window or other layers that do not keep every token), which then scores as without the block.
         Inside an active block, the outer block's store goes on being used."""
         store = KVStore(max_mb)  # raises on a budget out of range
-        if self._kept is not None or not self.reuse_prefix or not keeps_full_attention(self.model):
+        if self._kept is not None or not self.reuse_prefix:
             yield self._kept if self.reuse_prefix else None
             return
         self._kept = store
@@ -165,6 +164,22 @@ class PRMScorer:
             yield store
         finally:
             self._kept = None
+
+    @property
+    def reuse_prefix(self) -> bool:
+        """Whether chains of one call read the tokens they begin with once (`prmkit.scoring.prefix`): asked for, and
+        possible (not a public format's own forward pass, nor a cache whose layers do not keep every token)."""
+        return self._reuse_prefix
+
+    @reuse_prefix.setter
+    def reuse_prefix(self, wanted: bool) -> None:
+        partial = partial_cache_layers(self.model) if wanted and self.reader is None else None
+        if partial and not self._said_why_whole:
+            self._said_why_whole = True
+            print(f"prmkit: reuse_prefix is off for this model: its cache layers ({partial}) do not keep every "
+                  "token's keys and values, so every chain is read whole (the same scores, more tokens read); pass "
+                  "reuse_prefix=False to leave it off without this note", file=sys.stderr, flush=True)
+        self._reuse_prefix = bool(wanted) and self.reader is None and partial is None
 
     @property
     def compiled(self) -> bool:
