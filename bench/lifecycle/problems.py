@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import re
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
+from lifecycle.exact import equations  # noqa: E402
 from prmkit.data.synthetic import generate_records  # noqa: E402
 
 MAX_VALUE = 100
-EQUATION = re.compile(r"(\d+)\s*([-+*/x×])\s*(\d+)\s*=\s*(\d+)")
 ANSWER_SENTENCE = "The answer is \\boxed{{{}}}."
 # Disjoint seeds: the policy's SFT chains, the problems labelled for PRM training, the held-out problems, the
 # validation problems a PRM recipe is chosen on (so the held-out ones never steer a choice), and the extra problems
@@ -42,13 +43,14 @@ def small_number_problems(n: int, seed: int, max_value: int = MAX_VALUE) -> list
     return kept[:n]
 
 
-def gold_values(gold_steps: list[str]) -> list[int]:
-    """The result of each gold step ("... 9 * 4 = 36 ..." -> 36)."""
+def gold_values(gold_steps: list[str]) -> list[int | Fraction]:
+    """The result of each gold step ("... 9 * 4 = 36 ..." -> 36), read as the exact judge reads a step."""
     values = []
     for step in gold_steps:
-        match = EQUATION.search(step)
-        assert match, f"a synthetic gold step has no equation: {step!r}"
-        values.append(int(match.group(4)))
+        found = equations(step)
+        assert found, f"a synthetic gold step has no equation: {step!r}"
+        result = found[-1].result
+        values.append(int(result) if result.denominator == 1 else result)
     return values
 
 
