@@ -23,7 +23,9 @@ MODEL_FILES = ("prmkit.json", "config.json")  # a folder holding one of these is
 # (title, where in a split's metrics); the headline number of each metric group
 COLUMNS = (("steps", ("steps",)), ("AUROC", ("step", "auroc")), ("error F1", ("step", "error_f1")),
            ("ProcessBench F1", ("processbench", "f1")), ("PRMBench PRMScore", ("prmbench", "overall", "prmscore")),
-           ("best-of-N (min)", ("best_of_n", "prm", "min")), ("unscored", ("steps_unscored",)))
+           ("best-of-N (min)", ("best_of_n", "prm", "min")),
+           ("within-problem AUROC (min)", ("within_problem", "auroc", "min", "auroc")),
+           ("unscored", ("steps_unscored",)))
 
 
 @dataclass
@@ -112,8 +114,9 @@ def render_comparison(comparison: Comparison):
         previous = row["split"]
     for name, result in zip(comparison.names, comparison.results):
         if result.processbench_average_f1 is not None:
-            table.add_row("ProcessBench average", name, "", "", "", "", format_value(result.processbench_average_f1),
-                          "", "", "", style="bold")
+            cells = [format_value(result.processbench_average_f1) if title == "ProcessBench F1" else ""
+                     for title, _ in COLUMNS]
+            table.add_row("ProcessBench average", name, "", *cells, style="bold")
     return table
 
 

@@ -6,7 +6,10 @@ What each row contributes:
   labels                       step metrics (AUROC, accuracy/precision/recall/F1 at the threshold, MSE, ECE);
   first_error (or labels)      ProcessBench: predicted first error = first step scoring below the threshold;
   correct/final_answer_correct best-of-N, for rows that share a prompt (or a candidates row with a `correct`
-                               list); majority vote where every candidate has an `answer`;
+                               list); majority vote where every candidate has an `answer`; in a file without
+                               them, a sample is right when every labelled step is; and for the same groups the
+                               within-problem metrics (`within_problem`: AUROC, and the choosers at each N with
+                               bootstrap and paired intervals);
   prmbench_class (and labels)  PRMBench: PRMScore overall, per error class and per dimension.
 Raw ProcessBench files (`problem`, `steps`, `label`) and raw PRMBench files (`modified_process`, `error_steps`,
 `classification`) are converted on the fly, as `prmkit data convert` would.
@@ -19,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from prmkit.display import format_value
 from prmkit.errors import PRMError
 from prmkit.evaluation.metrics import best_of_n_metrics, step_metrics
 from prmkit.evaluation.options import EvalOptions
@@ -33,6 +37,7 @@ from prmkit.evaluation.processbench import (
     processbench_f1,
 )
 from prmkit.evaluation.splits import Chain, Split, chain_lengths, evenly_spaced, load_split  # noqa: F401
+from prmkit.evaluation.within_problem import within_problem_metrics
 from prmkit.files import write_json_atomic
 from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, is_truncated
 from prmkit.scoring.options import ScoringOptions
@@ -99,18 +104,37 @@ def first_error_chains(split: Split) -> list[Chain]:
     return [c for c in split.chains if c.first_error is not None]
 
 
+CORRECT_FROM_FIELD = "the rows' correct / final_answer_correct"
+CORRECT_FROM_LABELS = "step labels: a sample is right when every labelled step is right"
+
+
+def sample_correctness(split: Split) -> tuple[list[bool | None], str | None]:
+    """Each chain's correctness and where it came from: the rows' own field when any row has one (rows without it
+    then take no part), else the step labels; None for a chain with neither."""
+    if any(c.correct is not None for c in split.chains):
+        return [c.correct for c in split.chains], CORRECT_FROM_FIELD
+    derived = [_all_steps_right(c.labels) for c in split.chains]
+    return derived, CORRECT_FROM_LABELS if any(d is not None for d in derived) else None
+
+
+def _all_steps_right(labels: list[float | None] | None) -> bool | None:
+    known = [label for label in labels or [] if label is not None]
+    return all(label >= 0.5 for label in known) if known else None
+
+
 def best_of_n_groups(split: Split) -> list[dict]:
-    """Problems with at least two candidates whose correctness is known."""
-    grouped: dict[str, list[Chain]] = {}
-    for chain in split.chains:
-        if chain.correct is not None:
-            grouped.setdefault(chain.group, []).append(chain)
+    """Problems with at least two candidates whose correctness is known (`sample_correctness`), in file order."""
+    grouped: dict[str, list[tuple[Chain, bool]]] = {}
+    for chain, correct in zip(split.chains, sample_correctness(split)[0]):
+        if correct is not None:
+            grouped.setdefault(chain.group, []).append((chain, correct))
     groups = []
-    for chains in grouped.values():
-        if len(chains) >= 2:
+    for members in grouped.values():
+        if len(members) >= 2:
+            chains = [chain for chain, _ in members]
             answers = [c.answer for c in chains]
             texts = None if any(a is None for a in answers) else [_answer_text(a) for a in answers]
-            groups.append({"correct": [c.correct for c in chains], "answers": texts,
+            groups.append({"correct": [correct for _, correct in members], "answers": texts,
                            "truncated": [is_truncated(c.scores) for c in chains],
                            "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})
     return groups
@@ -154,7 +178,19 @@ def split_metrics(split: Split, threshold: float) -> dict:
             PRMBENCH_THRESHOLD)  # the protocol's fixed 0.5, so scores compare with PRMBench's leaderboard
     groups = best_of_n_groups(split)
     result["best_of_n"] = best_of_n_metrics(groups, list(AGGREGATIONS)) if groups else None
+    source = sample_correctness(split)[1]
+    result["within_problem"] = (
+        within_problem_metrics(groups, list(AGGREGATIONS), correct_from=source, rules=selection_rules()) if groups
+        else {"skipped": "no row says whether its sample is right (a correct / final_answer_correct field or step "
+                         "labels)" if source is None else
+              "no prompt has two or more samples whose correctness is known; within-problem metrics compare "
+              "samples of one problem"})
     return result
+
+
+def selection_rules() -> dict:
+    """The vote-aware selection rules reported beside best-of-N at each N, with their default settings."""
+    return {}
 
 
 def processbench_scored(chains: list[Chain], threshold: float) -> dict:
@@ -267,12 +303,34 @@ def write_outputs(result: EvalResult, splits: list[Split], max_report_chains: in
             summary[f"{name}: PRMBench PRMScore"] = m["prmbench"]["overall"]["prmscore"]
         if m.get("step"):
             summary[f"{name}: step AUROC"] = m["step"]["auroc"]
+        summary.update(within_problem_summary(name, m["within_problem"]))
     outputs = {"report": write_chain_report(target / "report.html", chains, title=f"prmkit eval: {run}",
                                             threshold=threshold, summary=summary),
                "roc": plot_roc(series, target / "roc.png") if series else None,
                "calibration": plot_calibration(series, target / "calibration.png") if series else None,
                "training_loss": plot_training_loss(run, target / "training_loss.png")}
     return {key: str(value) if value else None for key, value in outputs.items()}
+
+
+def within_problem_summary(name: str, within: dict) -> dict[str, str]:
+    """The report's lines for a split's within-problem metrics: the AUROC of the by-N chain score, and each PRM
+    chooser against majority vote at the largest N."""
+    if "by_n" not in within:
+        return {f"{name}: within-problem metrics": f"none: {within['skipped']}"}
+    result = within["by_n"]
+    how, n = result["aggregation"], str(result["n"][-1])
+    auroc = within["auroc"][how]
+    lines = {f"{name}: within-problem AUROC ({how})":
+             f"{format_value(auroc['auroc'])} per problem, {format_value(auroc['auroc_pooled'])} pooled "
+             f"({auroc['problems']} problems with both outcomes, {auroc['one_sided']} one-sided)"}
+    for method, cells in result["methods"].items():
+        cell = cells[n]
+        lines[f"{name}: {method} at N={n}"] = f"{cell['accuracy']:.3f} [{cell['low']:.2f}, {cell['high']:.2f}]"
+    for method, cells in result["versus_majority"].items():
+        cell = cells[n]
+        lines[f"{name}: {method} at N={n}"] = (f"{cell['difference']:+.3f} [{cell['low']:.2f}, {cell['high']:.2f}] "
+                                               "paired")
+    return lines
 
 
 def _unique_names(paths: list[str | Path]) -> list[str]:

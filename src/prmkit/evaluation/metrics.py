@@ -143,6 +143,20 @@ def majority_accuracy(answers: Sequence[str | None], correct: Sequence[bool]) ->
     return sum(sum(bool(correct[i]) for i in group) / len(group) for group in winners) / len(winners)
 
 
+def weighted_vote_accuracy(scores: Sequence[float | None], answers: Sequence[str | None], correct: Sequence[bool],
+                           truncated: Sequence[bool] | None = None) -> float:
+    """Expected correctness of weighted best-of-N as `prmkit search` chooses it: the answer whose candidates' PRM
+    scores sum highest (an unscored candidate adds 0), represented by its best candidate by `choice_accuracy`'s
+    rule; a tie between answers is broken at random. With no answer at all it is best-of-N."""
+    weights = [0.0 if s is None or math.isnan(s) else float(s) for s in scores]
+    winners = vote(answers, weights=weights)
+    if not winners:
+        return choice_accuracy(scores, correct, truncated)
+    cut = list(truncated) if truncated is not None else [False] * len(scores)
+    return sum(choice_accuracy([scores[i] for i in group], [correct[i] for i in group], [cut[i] for i in group])
+               for group in winners) / len(winners)
+
+
 def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> dict:
     """Best-of-N accuracy over problems. Each group: `correct` (list of bool), `scores` ({aggregation: list of
     chain scores}), optional `answers`. Majority vote is reported only when every group has answers."""
@@ -198,12 +212,20 @@ def within_problem_auroc(groups: Sequence[tuple[Sequence[float | None], Sequence
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, iterations: int = 10_000, seed: int = 0) -> dict:
     """Mean of a - b over problems with a 95% percentile interval, resampling problems (the pairs) together, so an
     effect shared by both methods on one problem does not widen the interval."""
-    diffs = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if len(a) != len(b):
         raise ValueError(f"{len(a)} outcomes paired with {len(b)}")
+    diffs = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if diffs.size == 0:
         return {"difference": None, "low": None, "high": None, "problems": 0}
     rng = np.random.default_rng(seed)
     means = diffs[rng.integers(0, diffs.size, size=(iterations, diffs.size))].mean(axis=1)
     low, high = np.quantile(means, [0.025, 0.975])
     return {"difference": float(diffs.mean()), "low": float(low), "high": float(high), "problems": int(diffs.size)}
+
+
+def bootstrap_mean(values: Sequence[float], *, iterations: int = 10_000, seed: int = 0) -> dict:
+    """Mean over problems (an accuracy, when each value is a problem's expected correctness) with a 95% percentile
+    interval from resampling problems: `paired_bootstrap` against zeros, so both draw the same resamples."""
+    result = paired_bootstrap(values, [0.0] * len(values), iterations=iterations, seed=seed)
+    return {"accuracy": result["difference"], "low": result["low"], "high": result["high"],
+            "problems": result["problems"]}

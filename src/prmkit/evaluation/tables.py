@@ -1,5 +1,6 @@
 """`prmkit eval`'s results as rich tables: step metrics, ProcessBench and best-of-N, one row (or column) per split,
-and one PRMBench table per split that has PRMBench rows."""
+one PRMBench table per split that has PRMBench rows, the within-problem AUROC per split, and per split with
+repeated prompts the choosers at each N with their intervals."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from rich.table import Table
 from prmkit.display import format_value
 from prmkit.evaluation.evaluate import EvalResult
 from prmkit.evaluation.prmbench import CLASSES
+from prmkit.evaluation.within_problem import ORACLE, RANDOM
 from prmkit.scoring.aggregate import AGGREGATIONS
 
 
@@ -64,7 +66,63 @@ def render_tables(result: EvalResult) -> list[Table]:
         bon.add_row("oracle (any correct)", *(format_value(r["oracle"]) for r in bon_rows.values()))
         bon.add_row("steps unscored", *(unscored(splits[name]) for name in bon_rows), style="italic")
         tables.append(bon)
+    within = {name: m["within_problem"] for name, m in splits.items() if "by_n" in (m.get("within_problem") or {})}
+    if within:
+        tables.append(within_auroc_table(within))
+    tables += [by_n_table(name, w) for name, w in within.items()]
     return tables
+
+
+def within_auroc_table(within: dict[str, dict]) -> Table:
+    """Per split, how often a right sample outscores a wrong sample of the same problem, for each chain score."""
+    table = Table(title="within-problem AUROC: a right sample scored above a wrong one of the same problem "
+                  "(mean over problems; pooled over pairs in brackets)", title_justify="left")
+    aggregations = list(next(iter(within.values()))["auroc"])
+    for title in ("split", "problems", "both outcomes", "pairs", "one-sided", *aggregations):
+        table.add_column(title, justify="left" if title == "split" else "right")
+    for name, w in within.items():
+        counts = w["auroc"][w["by_n"]["aggregation"]]
+        table.add_row(name, str(w["problems"]), str(counts["problems"]), str(counts["pairs"]),
+                      str(counts["one_sided"]),
+                      *(f"{format_value(w['auroc'][how]['auroc'])} ({format_value(w['auroc'][how]['auroc_pooled'])})"
+                        for how in aggregations))
+    return table
+
+
+def by_n_table(split: str, within: dict) -> Table:
+    """One split's choosers at each N (a column per N): accuracy [95% interval], then each PRM chooser minus
+    majority vote [paired 95% interval]; the within-problem AUROC of the same chain score in the caption."""
+    result = within["by_n"]
+    how = result["aggregation"]
+    sizes = {result["smallest_group"], result["largest_group"]}
+    samples = "-".join(map(str, sorted(sizes)))
+    table = Table(title=f"{split}: choosing among each problem's first N samples (PRM chain score {how}; "
+                  f"{result['problems']} problems of {samples} samples)", title_justify="left")
+    table.add_column("method")
+    for n in result["n"]:
+        table.add_column(f"N={n}", justify="right")
+    methods = result["methods"]
+    order = [RANDOM, *(m for m in methods if m not in (RANDOM, ORACLE)), ORACLE]
+    for name in order:
+        table.add_row(name, *(interval(methods[name][str(n)]["accuracy"], methods[name][str(n)])
+                              for n in result["n"]), end_section=name == ORACLE)
+    for name, cells in result["versus_majority"].items():
+        table.add_row(name, *(interval(cells[str(n)]["difference"], cells[str(n)], signed=True)
+                              for n in result["n"]), style="italic")
+    auroc = within["auroc"][how]
+    caption = (f"within-problem AUROC ({how}): {format_value(auroc['auroc'])} per problem, "
+               f"{format_value(auroc['auroc_pooled'])} pooled; {auroc['problems']} problems with both outcomes, "
+               f"{auroc['pairs']} pairs, {auroc['one_sided']} one-sided. Brackets: 95% bootstrap over problems "
+               f"({result['bootstrap']['iterations']} resamples); differences paired by problem. "
+               f"Correctness: {within['correct_from']}")
+    table.caption = caption + (f". {result['note']}" if result.get("note") else "")
+    table.caption_justify = "left"
+    return table
+
+
+def interval(value: float, bounds: dict, *, signed: bool = False) -> str:
+    """"0.625 [0.58, 0.67]"; signed: "+0.031 [-0.01, 0.07]"."""
+    return f"{value:{'+' if signed else ''}.3f} [{bounds['low']:.2f}, {bounds['high']:.2f}]"
 
 
 def unscored(metrics: dict) -> str:
