@@ -1,11 +1,20 @@
 """How output looks: numbers in tables, summaries and reports (one rule, so a value reads the same everywhere), the
-console commands print to, and the progress bar of the long-running commands (score, label, search)."""
+console commands print to, and the progress bar of the long-running commands (score, label, search, train)."""
 
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
+
+from rich.console import Console
+from rich.rule import Rule
+
+# Not on a terminal (piped to a log or a file), rich would squeeze a table into 80 columns and cut its cells ("prmb…").
+# There, a console is as wide as any table prmkit prints, and only a rule, which fills the whole width, is drawn at
+# a terminal's width.
+LOG_WIDTH = 10_000
+LOG_RULE_WIDTH = 80
 
 
 def format_value(value, spec: str = ".3f") -> str:
@@ -21,12 +30,23 @@ def format_value(value, spec: str = ".3f") -> str:
     return str(value)
 
 
-def console(*, stderr: bool = False):
-    """A rich console for command output. Lines are never hard-wrapped: piped into a file or grep, a message stays
-    on one line whatever the terminal's width (rich would otherwise cut lines at 80 columns when not on a tty)."""
-    from rich.console import Console
+class CommandConsole(Console):
+    """A console whose output reads whole in a log: off a terminal, tables keep every cell and lines are never
+    hard-wrapped, so a message piped into a file or grep stays on one line."""
 
-    return Console(stderr=stderr, soft_wrap=True)
+    def __init__(self, *, stderr: bool = False, file: IO[str] | None = None):
+        super().__init__(stderr=stderr, file=file, soft_wrap=True)
+        if not self.is_terminal:
+            self.width = LOG_WIDTH
+
+    def rule(self, title="", *, characters: str = "─", style="rule.line", align="center") -> None:
+        width = None if self.is_terminal else LOG_RULE_WIDTH
+        self.print(Rule(title, characters=characters, style=style, align=align), width=width)
+
+
+def console(*, stderr: bool = False, file: IO[str] | None = None) -> CommandConsole:
+    """The console a command prints to: stdout, stderr or `file`."""
+    return CommandConsole(stderr=stderr, file=file)
 
 
 @contextmanager

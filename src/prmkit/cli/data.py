@@ -67,9 +67,8 @@ def cmd_convert(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from rich.console import Console
-
     from prmkit.data.stats import validate_file
+    from prmkit.display import console
 
     report, problems = validate_file(args.file, scheme=args.label_scheme, neutral=args.neutral_label)
     for line in problems:
@@ -82,7 +81,7 @@ def cmd_validate(args) -> int:
     if stats:
         from prmkit.data.stats import render_stats
 
-        Console().print(render_stats(stats))
+        console().print(render_stats(stats))
     bad_rows = len({p.row for p in report.problems})
     print(f"{args.file}: {report.rows_read} rows, {bad_rows} invalid, labels read as {report.scheme}")
     write_json(args.json_out, {"rows": report.rows_read, "invalid_rows": bad_rows, "problems": problems,
@@ -91,12 +90,11 @@ def cmd_validate(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from rich.console import Console
-
     from prmkit.data.stats import render_stats
+    from prmkit.display import console
 
     stats = _stats(args)
-    Console().print(render_stats(stats))
+    console().print(render_stats(stats))
     write_json(args.json_out, stats)
     return 0
 
