@@ -163,7 +163,7 @@ def test_without_any_answer_the_votes_fall_back():
 
 
 def test_bad_rules_and_settings_say_what_to_do():
-    with pytest.raises(ValueError, match="is not known; use one of best-of-n"):
+    with pytest.raises(ValueError, match="is not known; use one of majority, best-of-n"):
         select("top-k", *CONFIDENT)
     with pytest.raises(ValueError, match="majority has no setting keep_fraction; its settings: none"):
         select("majority", *CONFIDENT, keep_fraction=0.5)

@@ -16,10 +16,13 @@ from prmkit.cli.common import (
     unescape,
 )
 from prmkit.errors import PRMError
+from prmkit.evaluation.selection import SETTINGS
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
 from prmkit.search.options import (
     METHODS,
     POLICY_GPU_MEMORY_UTILIZATION,
+    SAMPLING,
+    SELECTION_FIELDS,
     SearchOptions,
     parse_budgets,
     parse_methods,
@@ -58,6 +61,15 @@ def register(commands) -> None:
                         help="compare every method at these N, e.g. 1,2,4,8 (--method and --n are then unused)")
     search.add_argument("--budget-methods", type=parse_methods, default=SEARCH.budget_methods,
                         metavar="METHOD,...", help=f"methods a --budgets run compares (default: {','.join(METHODS)})")
+    selection = search.add_argument_group(
+        "selection settings", "how the selection rules choose among samples; defaults in brackets. Choose them on "
+        "validation problems with `prmkit search-tune` and apply the file with --select-settings")
+    for rule, settings in SETTINGS.items():
+        for name, setting in settings.items():
+            selection.add_argument(f"--{name.replace('_', '-')}", type=type(setting.default), default=None,
+                                   help=f"{rule}: {setting.help} [{setting.default}]")
+    selection.add_argument("--select-settings", metavar="FILE",
+                           help="settings chosen by `prmkit search-tune` (a flag above may not set them again)")
     search.add_argument("--problem-field", default=SEARCH.problem_field,
                         help="the problem's field (default: the first of prompt, problem, question)")
     search.add_argument("--gold-field", default=SEARCH.gold_field,
@@ -68,6 +80,45 @@ def register(commands) -> None:
     search.set_defaults(gpu_memory_utilization=POLICY_GPU_MEMORY_UTILIZATION)  # the PRM needs the rest of the GPU
     add_scoring_flags(search)
     search.set_defaults(func=cmd_search)
+    register_tune(commands)
+
+
+def register_tune(commands) -> None:
+    tune = commands.add_parser(
+        "search-tune", help="choose the selection rules' settings on validation problems",
+        description="Reads VALIDATION, the output of `prmkit search` over validation problems with gold answers "
+                    "(a --budgets run, or a sampling method), tries every point of each selection rule's grid "
+                    "and writes each point's validation accuracy and the chosen settings to OUT, for "
+                    "`prmkit search --select-settings OUT`. Held-out problems are read only with --held-out, "
+                    "after every choice is made, to report the chosen settings' accuracy there.")
+    tune.add_argument("validation", help="search output .jsonl of the validation problems")
+    tune.add_argument("--out", required=True, help=".json file for the chosen settings and every grid point")
+    tune.add_argument("--n", type=int, default=None,
+                      help="choose among the first N candidates of each problem, the N you will search with "
+                           "(default: all of them)")
+    tune.add_argument("--rules", type=parse_methods, default=SAMPLING, metavar="RULE,...",
+                      help=f"rules to tune (default: {','.join(SAMPLING)})")
+    tune.add_argument("--seed", type=int, default=None,
+                      help="majority-of-bests' seed (default: the seed the validation search ran with)")
+    tune.add_argument("--held-out", metavar="FILE",
+                      help="search output of held-out problems: accuracy there at the chosen settings, reported "
+                           "only (never used to choose)")
+    tune.set_defaults(func=cmd_search_tune)
+
+
+def selection_settings(args: argparse.Namespace) -> dict:
+    """The selection settings from --select-settings FILE and the flags; a setting given both ways is an error,
+    so a tuned file is never half overridden by accident."""
+    from prmkit.search.tune import read_settings
+
+    tuned = read_settings(args.select_settings) if args.select_settings else {}
+    flags = {name: getattr(args, name) for name in SELECTION_FIELDS if getattr(args, name) is not None}
+    both = sorted(set(tuned) & set(flags))
+    if both:
+        given = ", ".join(f"--{name.replace('_', '-')}" for name in both)
+        raise PRMError(f"{given} and --select-settings {args.select_settings} both set {', '.join(both)}; give the "
+                       "flag or the file, not both")
+    return {**tuned, **flags}
 
 
 def search_options(args: argparse.Namespace) -> SearchOptions:
@@ -76,7 +127,8 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
                          aggregate=args.aggregate, max_rounds=args.max_rounds, seed=args.seed,
                          problems_per_batch=args.problems_per_batch, budgets=args.budgets,
                          budget_methods=args.budget_methods, problem_field=args.problem_field,
-                         gold_field=args.gold_field, limit=args.limit, overwrite=args.overwrite)
+                         gold_field=args.gold_field, limit=args.limit, overwrite=args.overwrite,
+                         **selection_settings(args))
 
 
 def cmd_search(args) -> int:
@@ -107,7 +159,8 @@ def cmd_search(args) -> int:
     where = f"; {summary.resumed} were already in {summary.out}" if summary.resumed else ""
     what = "every method at budgets " + ",".join(map(str, options.budgets)) if options.budgets else (
         f"{options.method}, n={1 if options.method == 'greedy' else options.n}"
-        + (f", beam width {options.beam_width}" if options.method in ("beam", "dvts") else ""))
+        + (f", beam width {options.beam_width}" if options.method in ("beam", "dvts") else "")
+        + "".join(f", {name}={value}" for name, value in options.selection(options.method).items()))
     console.print(f"searched {summary.searched} of {summary.problems} problems ({what}) in {summary.seconds:.1f} s"
                   f"{where}; {summary.tokens} tokens generated")
     if summary.report is not None:
@@ -119,3 +172,37 @@ def cmd_search(args) -> int:
     else:
         console.print(f"no problem has a gold answer, so no accuracy -> {summary.out}")
     return 0
+
+
+def cmd_search_tune(args) -> int:
+    from prmkit.files import write_json_atomic
+    from prmkit.search.tune import held_out_accuracy, tune_selection
+
+    if Path(args.out).suffix.lower() != ".json":
+        raise PRMError(f"{args.out}: the settings file is JSON; give a .json path")
+    tuned = tune_selection(args.validation, n=args.n, seed=args.seed, rules=args.rules)
+    write_json_atomic(args.out, tuned)  # written before any held-out problem is read
+    if args.held_out:
+        tuned["held_out"] = held_out_accuracy(tuned, args.held_out)
+        write_json_atomic(args.out, tuned)
+    console = display.console()
+    console.print(tune_table(tuned))
+    console.print(f"written: {args.out}; apply with `prmkit search ... --select-settings {args.out}`")
+    return 0
+
+
+def tune_table(tuned: dict):
+    from rich.table import Table
+
+    held = tuned.get("held_out")
+    table = Table(title=f"selection settings chosen on {tuned['problems']} validation problems "
+                        f"({tuned['candidates']} candidates each)", title_justify="left")
+    for column in ("rule", "chosen", "validation", *(("held-out", "held-out at defaults") if held else ())):
+        table.add_column(column, justify="left" if column in ("rule", "chosen") else "right")
+    for rule, entry in tuned["rules"].items():
+        chosen = ", ".join(f"{k}={v}" for k, v in entry["chosen"].items()) or "-"
+        cells = [rule, chosen, display.format_value(entry["accuracy"])]
+        if held:
+            cells += [display.format_value(held["rules"][rule][which]["accuracy"]) for which in ("chosen", "default")]
+        table.add_row(*cells)
+    return table

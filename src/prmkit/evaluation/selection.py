@@ -134,8 +134,8 @@ def problem_seed(seed: int, key) -> int:
 
 Rule = Callable[..., int]
 RULES: dict[str, Rule] = {
-    "best-of-n": best_of_n,
     "majority": majority,
+    "best-of-n": best_of_n,
     "weighted-best-of-n": weighted_best_of_n,
     "softmax-weighted": softmax_weighted,
     "filtered-majority": filtered_majority,
@@ -151,8 +151,8 @@ class Setting:
 
 
 SETTINGS: dict[str, dict[str, Setting]] = {
-    "best-of-n": {},
     "majority": {},
+    "best-of-n": {},
     "weighted-best-of-n": {},
     "softmax-weighted": {"vote_temperature": Setting(
         0.1, (0.01, 0.03, 0.1, 0.3, 1.0, 3.0),

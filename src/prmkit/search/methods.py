@@ -1,9 +1,11 @@
 """The search methods on a batch of problems, each returning the chosen solution, the candidates it was chosen
 from and the tokens it cost.
 
-greedy, majority, best-of-n and weighted-best-of-n sample whole solutions (no stop string), cut each into steps
-at the delimiter and score every sample's steps with the PRM in one `score_many` call; they differ only in how
-one sample is chosen (prmkit.search.select). beam and dvts search step by step (prmkit.search.tree).
+greedy and the selection rules (majority, best-of-n, weighted-best-of-n, softmax-weighted, filtered-majority,
+majority-of-bests) sample whole solutions (no stop string), cut each into steps at the delimiter and score every
+sample's steps with the PRM in one `score_many` call; they differ only in how one sample is chosen
+(prmkit.search.select, with the rules of prmkit.evaluation.selection). beam and dvts search step by step
+(prmkit.search.tree).
 
 `budget_results` runs every method at every budget of a `--budgets` run. The sampling methods at N read the
 first N of max(N) samples drawn once per problem at the search temperature: the samples of a problem are drawn
@@ -20,11 +22,9 @@ from typing import Sequence
 
 from prmkit.data.problems import derive_seed
 from prmkit.generation.base import Generator
-from prmkit.search.options import TREE_METHODS, SearchOptions
-from prmkit.search.select import CHOOSERS, Solution, from_text
+from prmkit.search.options import SAMPLING, TREE_METHODS, SearchOptions
+from prmkit.search.select import Solution, choose_index, from_text
 from prmkit.search.tree import beam_search, dvts
-
-SAMPLING = ("majority", "best-of-n", "weighted-best-of-n")  # the methods that choose among whole samples
 
 
 @dataclass
@@ -57,8 +57,9 @@ def score_solutions(scorer, problems: Sequence[str], solutions: list[list[Soluti
         solution.scored(step_scores, how)
 
 
-def choose(method: str, solutions: list[Solution]) -> Solution:
-    return solutions[CHOOSERS[method](solutions)]
+def choose(method: str, solutions: list[Solution], options: SearchOptions, problem: str) -> Solution:
+    return solutions[choose_index(method, solutions, seed=options.seed, problem=problem,
+                                  **options.selection(method))]
 
 
 def run_method(method: str, generator: Generator, scorer, problems: Sequence[str], options: SearchOptions,
@@ -73,7 +74,8 @@ def run_method(method: str, generator: Generator, scorer, problems: Sequence[str
     temperature = 0.0 if greedy else options.temperature
     batches = sample_solutions(generator, scorer, problems, n, options, temperature=temperature,
                                seed=derive_seed(seed, "greedy" if greedy else "samples", n))
-    return [MethodResult(choose(method, row), row, sum(s.tokens for s in row)) for row in batches]
+    return [MethodResult(choose(method, row, options, problem), row, sum(s.tokens for s in row))
+            for problem, row in zip(problems, batches)]
 
 
 def budget_results(generator: Generator, scorer, problems: Sequence[str], options: SearchOptions,

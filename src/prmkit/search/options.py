@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from prmkit.errors import PRMError
+from prmkit.evaluation.selection import RULES, SETTINGS
 from prmkit.generation.options import GenerationOptions
 from prmkit.scoring.aggregate import AGGREGATION_NAMES
 
@@ -16,10 +17,13 @@ GENERATION = GenerationOptions()
 # never gives it back; the PRM shares that GPU and needs the rest for its weights and scoring batches. vLLM's own
 # default, 0.9, leaves the PRM a tenth of the GPU; search-and-learn gives vLLM half for the same pairing.
 POLICY_GPU_MEMORY_UTILIZATION = 0.5
-# greedy: one sample at temperature 0; majority: vote over canonical answers; best-of-n: the best PRM score;
-# weighted-best-of-n: answers weighted by the sum of their PRM scores; beam / dvts: PRM-guided step search.
-METHODS = ("greedy", "majority", "best-of-n", "weighted-best-of-n", "beam", "dvts")
+# greedy: one sample at temperature 0; the selection rules (prmkit.evaluation.selection) choose among n samples:
+# majority, best-of-n, weighted-best-of-n, softmax-weighted, filtered-majority, majority-of-bests; beam / dvts:
+# PRM-guided step search.
+SAMPLING = tuple(RULES)  # the methods that choose among whole samples
 TREE_METHODS = ("beam", "dvts")
+METHODS = ("greedy", *SAMPLING, *TREE_METHODS)
+SELECTION_FIELDS = tuple(name for settings in SETTINGS.values() for name in settings)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,12 @@ class SearchOptions:
     problems_per_batch: int = 8  # problems searched together: one generate and one score_many call per round
     budgets: tuple[int, ...] | None = None  # e.g. (1, 2, 4, 8): accuracy of every method at each N
     budget_methods: tuple[str, ...] = METHODS  # what a budgets run compares
+    # The selection rules' settings (prmkit.evaluation.selection.SETTINGS; `prmkit search-tune` chooses them on a
+    # validation split). Majority-of-bests draws its resamples from `seed` and the problem's text.
+    vote_temperature: float = SETTINGS["softmax-weighted"]["vote_temperature"].default
+    keep_fraction: float = SETTINGS["filtered-majority"]["keep_fraction"].default
+    mob_fraction: float = SETTINGS["majority-of-bests"]["mob_fraction"].default
+    mob_resamples: int = SETTINGS["majority-of-bests"]["mob_resamples"].default
     problem_field: str | None = None  # the problem's field in DATA; None: the first of data.problems.PROBLEM_FIELDS
     gold_field: str | None = None  # the gold answer's field; None: the first of data.problems.GOLD_FIELDS
     limit: int | None = None  # search only the first N problems
@@ -77,6 +87,14 @@ class SearchOptions:
                                 f"{self.beam_width}), lower --beam-width, or leave them out with --budget-methods")
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit={self.limit}; use a positive number of problems")
+        if not self.vote_temperature >= 0:
+            problems.append(f"vote_temperature={self.vote_temperature}; use 0 (best-of-n), a positive number or inf "
+                            "(majority)")
+        for name in ("keep_fraction", "mob_fraction"):
+            if not 0 < getattr(self, name) <= 1:
+                problems.append(f"{name}={getattr(self, name)}; use a share of the samples in (0, 1], e.g. 0.5")
+        if self.mob_resamples < 1:
+            problems.append(f"mob_resamples={self.mob_resamples}; use 1 or more bootstrap resamples, e.g. 200")
         if problems:
             raise PRMError("; ".join(problems))
         if self.budgets is not None:
@@ -93,7 +111,17 @@ class SearchOptions:
             values.pop(key)
         if self.budgets is None:
             values.pop("budget_methods")
+        # A budgets row holds every sample, whatever the selection settings (the report applies them), and a method
+        # row depends only on its own rule's settings.
+        used = () if self.budgets else SETTINGS.get(self.method, {})
+        for key in SELECTION_FIELDS:
+            if key not in used:
+                values.pop(key)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+    def selection(self, rule: str) -> dict:
+        """The settings of one selection rule, as `prmkit.evaluation.selection.select` takes them."""
+        return {name: getattr(self, name) for name in SETTINGS.get(rule, {})}
 
     def tree_budgets(self) -> tuple[int, ...]:
         """The budgets at which beam and dvts run: multiples of beam_width (n / beam_width beams must be whole)."""

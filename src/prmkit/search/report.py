@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from prmkit.display import format_value
-from prmkit.search.methods import SAMPLING
-from prmkit.search.options import TREE_METHODS, SearchOptions
-from prmkit.search.select import CHOOSERS, Solution
+from prmkit.search.options import SAMPLING, TREE_METHODS, SearchOptions
+from prmkit.search.select import Solution, choose_index
 
 ORACLE = "any sample right"  # pass@N: the best any chooser could do with these samples
 
@@ -39,7 +38,8 @@ def budget_report(rows: list[dict], options: SearchOptions) -> dict:
             outcomes = []
             for r in with_samples:
                 first = r["samples"][:n]
-                outcomes.append((choose_entry(method, first)["correct"], sum(s["tokens"] for s in first)))
+                picked = choose_entry(method, first, options, r["prompt"])
+                outcomes.append((picked["correct"], sum(s["tokens"] for s in first)))
             methods[method][str(n)] = _cell(outcomes)
     if with_samples:
         methods[ORACLE] = {}
@@ -54,17 +54,22 @@ def budget_report(rows: list[dict], options: SearchOptions) -> dict:
         methods[method] = {str(n): _cell([(r[method][str(n)]["correct"], r[method][str(n)]["tokens"])
                                           for r in rows]) for n in options.tree_budgets()}
     graded = sum(1 for r in rows if r.get("gold_answer") is not None)
+    selection = {m: options.selection(m) for m in SAMPLING if m in options.budget_methods and options.selection(m)}
     return {"problems": len(rows), "graded": graded, "budgets": list(budgets), "beam_width": options.beam_width,
-            "temperature": options.temperature, "aggregate": options.aggregate, "methods": methods,
+            "temperature": options.temperature, "aggregate": options.aggregate, "selection": selection,
+            "methods": methods,
             "notes": ["the sampling methods at N use the first N of max(N) samples per problem (drawn once)",
                       "greedy is one sample at temperature 0, shown at N=1",
                       f"beam and dvts run once per N that is a multiple of beam_width={options.beam_width}",
                       "tokens: mean tokens generated per problem, every sample and beam counted"]}
 
 
-def choose_entry(method: str, entries: list[dict]) -> dict:
-    """The row entry a chooser picks among sample entries (as written in the output)."""
-    return entries[CHOOSERS[method]([_solution(e) for e in entries])]
+def choose_entry(method: str, entries: list[dict], options: SearchOptions = SearchOptions(),
+                 problem: str = "") -> dict:
+    """The row entry a selection rule picks among sample entries (as written in the output), with the options'
+    settings for that rule; `problem` (the row's prompt) seeds majority-of-bests."""
+    solutions = [_solution(e) for e in entries]
+    return entries[choose_index(method, solutions, seed=options.seed, problem=problem, **options.selection(method))]
 
 
 def _tokens(value: float | None) -> str:
@@ -85,7 +90,9 @@ def _rows(report: dict) -> list[tuple[str, list[str]]]:
         for n in columns(report):
             cell = cells.get(str(n))
             values.append("-" if cell is None else f"{format_value(cell['accuracy'])} ({_tokens(cell['tokens'])})")
-        rows.append((method, values))
+        settings = report.get("selection", {}).get(method, {})
+        label = f"{method} ({', '.join(f'{k}={v}' for k, v in settings.items())})" if settings else method
+        rows.append((label, values))
     return rows
 
 

@@ -1,19 +1,21 @@
-"""Solutions and how one is chosen among them: by PRM score (best-of-n), by vote over canonical answers
-(majority), or by PRM-weighted vote (weighted-best-of-n). Pure functions over finished solutions; no model here.
+"""Solutions and how one is chosen among them. Pure functions over finished solutions; no model here.
 
-Every choice is deterministic and follows `rank_order`, the ranking of best-of-N everywhere in prmkit: equal
-scores (or equal vote totals) go to the solution that came first, a solution the PRM could not read whole (cut by
-max_length) ranks below every solution it read whole, and one with no scored step or a NaN score ranks last.
+The rules themselves (best-of-n, majority, weighted-best-of-n, softmax-weighted, filtered-majority,
+majority-of-bests) are prmkit.evaluation.selection's, shared with `prmkit eval`; this module applies them to
+Solutions. Every choice is deterministic and follows `rank_order`, the ranking of best-of-N everywhere in prmkit:
+equal scores (or equal vote totals) go to the solution that came first, a solution the PRM could not read whole
+(cut by max_length) ranks below every solution it read whole, and one with no scored step or a NaN score ranks
+last.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from prmkit.answers import extract_answer, sample_answer, vote
+from prmkit.answers import extract_answer, sample_answer
+from prmkit.evaluation.selection import problem_seed, select
 from prmkit.scoring.aggregate import aggregate, is_truncated, rank_order
 from prmkit.scoring.inputs import split_steps
 
@@ -46,8 +48,8 @@ class Solution:
 
     def row(self) -> dict:
         return {"solution": self.text.strip(), "steps": self.steps, "step_scores": self.step_scores,
-                "score": self.score, "truncated": self.truncated, "answer": self.answer, "finish_reason": self.finish_reason,
-                "tokens": self.tokens}
+                "score": self.score, "truncated": self.truncated, "answer": self.answer,
+                "finish_reason": self.finish_reason, "tokens": self.tokens}
 
 
 def from_text(text: str, delimiter: str, *, finish_reason: str = "eos", tokens: int = 0) -> Solution:
@@ -63,27 +65,27 @@ def ranking(solutions: Sequence[Solution]) -> list[int]:
     return rank_order([s.score for s in solutions], [s.truncated for s in solutions])
 
 
+def choose_index(rule: str, solutions: Sequence[Solution], *, seed: int = 0, problem: str = "", **settings) -> int:
+    """The solution `rule` picks ("greedy" is best-of-n over its one sample), with the rule's settings; a seeded
+    rule (majority-of-bests) draws from `seed` and the problem's text, so a problem's choice does not depend on
+    which batch or process chose it."""
+    return select("best-of-n" if rule == "greedy" else rule, [s.score for s in solutions],
+                  [s.answer for s in solutions], [s.truncated for s in solutions],
+                  seed=problem_seed(seed, problem), **settings)
+
+
 def best_of_n(solutions: Sequence[Solution]) -> int:
-    return ranking(solutions)[0]
+    return choose_index("best-of-n", solutions)
 
 
 def majority_vote(solutions: Sequence[Solution]) -> int:
     """The first solution of the most frequent canonical answer (`prmkit.answers.vote`; ties: the answer seen
     first); the first solution when none has an answer."""
-    winners = vote([s.answer for s in solutions])
-    return winners[0][0] if winners else 0
+    return choose_index("majority", solutions)
 
 
 def weighted_vote(solutions: Sequence[Solution]) -> int:
     """The canonical answer with the largest sum of PRM scores (an unscored solution adds 0; ties: the answer
     seen first), represented by its best-scored solution. Falls back to best-of-n when no solution has an
     answer."""
-    weights = [s.score if s.score is not None and not math.isnan(s.score) else 0.0 for s in solutions]
-    winners = vote([s.answer for s in solutions], weights=weights)
-    if not winners:
-        return best_of_n(solutions)
-    return winners[0][ranking([solutions[i] for i in winners[0]])[0]]
-
-
-CHOOSERS = {"greedy": best_of_n, "majority": majority_vote, "best-of-n": best_of_n,
-            "weighted-best-of-n": weighted_vote}
+    return choose_index("weighted-best-of-n", solutions)
