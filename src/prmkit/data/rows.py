@@ -3,9 +3,9 @@ label, search) reads it here, so one file gives the same rows and the same row n
 by id (`owner/name:config#split`) is a data file too (`prmkit.data.hub`).
 
 A row's number is where a user finds it: the line of a .jsonl file (blank lines count, as in an editor), the
-1-based position in a .json array, a Parquet file, a `datasets` folder or a dataset's split. A UTF-8 byte-order mark (Windows
-editors write one) is read past in every format. Rows come back as plain Python values, so labels keep their
-exact values: no library casts a float label to an int or a -100 to True on the way in.
+1-based position in a .json array, a Parquet file, a `datasets` folder or a dataset's split. A UTF-8 byte-order
+mark (Windows editors write one) is read past in every format. Rows come back as plain Python values, so labels
+keep their exact values: no library casts a float label to an int or a -100 to True on the way in.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ class RowReader:
 
     `folder#split` picks a split of a `datasets` DatasetDict folder; `owner/name`, `owner/name#split` and
     `owner/name:config#split` name a dataset on the hub, or a local folder laid out as one (see `prmkit.data.hub`).
+    A .jsonl, .json or .parquet file has no splits: `file#train` is the whole file (as for a dataset without
+    splits, which `datasets` calls 'train'), and any other split is refused rather than read as every row.
     With `lenient=True` a .jsonl line that is not UTF-8 JSON comes back as a Row with `problem` set instead of
-    stopping the read, so `prmkit data validate` can list every bad line. `progress_total` and `progress_done` measure the read in bytes for JSONL and in rows
-    otherwise, for a progress bar.
+    stopping the read, so `prmkit data validate` can list every bad line. `progress_total` and `progress_done`
+    measure the read in bytes for JSONL and in rows otherwise, for a progress bar.
     """
 
     def __init__(self, path: str | Path, *, lenient: bool = False):
@@ -63,6 +65,8 @@ class RowReader:
             if self.kind is None:
                 raise PRMError(f"{self.path}: unknown data format '{self.path.suffix}'; use .jsonl, .json, "
                                f".parquet, a folder written by datasets' save_to_disk or a dataset id ({SYNTAX})")
+            if self.split not in (None, "train"):
+                raise PRMError(_no_splits_message(self.path, self.kind, self.split))
         self.progress_done = 0
         self._in_memory: list | None = None
 
@@ -176,6 +180,15 @@ def _read_dataset_folder(path: Path, config: str | None, split: str | None) -> l
         raise PRMError(f"{path}: a folder, but not one written by datasets' save_to_disk; "
                        "point to a .jsonl/.json/.parquet file or such a folder") from None
     return pick_split(loaded, split, str(path))
+
+
+def _no_splits_message(path: Path, kind: str, split: str) -> str:
+    """Why `file#split` is refused: reading the whole file would hand back every row, a test split's among them."""
+    name = {"jsonl": "JSONL", "json": "JSON", "parquet": "Parquet"}[kind]
+    return (f"{path}#{split}: a local {name} file has no splits, so '#{split}' would read every row; drop "
+            f"'#{split}', or split the file with `prmkit data split {path} --val-fraction 0.1 --out-dir DIR` and "
+            "pass DIR/train.jsonl or DIR/val.jsonl (a folder written by datasets' save_to_disk keeps its splits: "
+            "FOLDER#SPLIT)")
 
 
 def _json_limit(err: Exception) -> str:
