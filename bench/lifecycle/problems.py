@@ -23,9 +23,10 @@ from prmkit.data.synthetic import generate_records  # noqa: E402
 MAX_VALUE = 100
 ANSWER_SENTENCE = "The answer is \\boxed{{{}}}."
 # Disjoint seeds: the policy's SFT chains, the problems labelled for PRM training, the held-out problems, the
-# validation problems a PRM recipe is chosen on (so the held-out ones never steer a choice), and the extra problems
-# bench/loop_recipes.py samples to ask whether more labelled chains would help.
-SEEDS = {"sft": 101, "label": 202, "held_out": 303, "validation": 505, "scale": 606}
+# validation problems a PRM recipe is chosen on (so the held-out ones never steer a choice), the extra problems
+# bench/loop_recipes.py samples to ask whether more labelled chains would help, and the training problems
+# bench/lifecycle/onpolicy.py samples at scale.
+SEEDS = {"sft": 101, "label": 202, "held_out": 303, "validation": 505, "scale": 606, "onpolicy": 707}
 
 
 def small_number_problems(n: int, seed: int, max_value: int = MAX_VALUE) -> list[dict]:
