@@ -5,12 +5,13 @@
 PEERS holds two virtual environments, made as ../shared/peers/README.md says: `trl/` (TRL 1.13.0, whose
 experimental PRMTrainer is run by the harness's trl_prm.py) and `soup/` (soup-cli 0.75.2, the fine-tuning CLI whose
 PRM path prmkit replaces). Every system trains on the same PRM800K phase-1 rows (the harness's prm800k_rows.py),
-max_length 256, batch 4, one epoch, on the CPU, one run at a time, in the order TRL, prmkit LoRA, soup, prmkit full
-(repeated `--repeats` times, interleaved, so a slow spell of the shared machine hits every system alike):
+max_length 256, batch 4, one epoch, on the CPU, one run at a time, the systems interleaved (A B C A B C ...) over
+`--repeats` rounds (3 by default), so a slow spell of the shared machine hits every system alike:
 
     trl LoRA       r16 all-linear, lr 1e-4, dropout 0 (peft's default, which TRL keeps)
     prmkit LoRA    the same LoRA, lr and separator ("\\n"), prmkit's defaults otherwise; "pk-lora-random" with
-                   training.group_by_length=false written out (fully random batches, as TRL draws them)
+                   training.group_by_length=false written out (fully random batches, as TRL draws them);
+                   "pk-lora-grouped" / "pk-full-grouped" with length-grouped batches (training.group_by_length=true)
     soup full      full fine-tune, lr 1e-5 (it computes full-vocabulary logits)
     prmkit full    full fine-tune, lr 1e-5
     *-compiled     pk-lora-random / pk-full with training.torch_compile=true and an empty kernel cache (a user's
@@ -19,7 +20,10 @@ max_length 256, batch 4, one epoch, on the CPU, one run at a time, in the order 
                    adds training.packing=true (the same batches without padding)
 
 Each run is timed whole (`/usr/bin/time`: wall seconds and peak RSS), model loading and saving included, as a user
-would wait for it. With --eval-rows, each trained PRM then scores held-out phase-1 test rows with its own
+would wait for it, with the machine's fp32 sgemm rate measured just before it (a run on a slower spell shows there).
+Each system's figure is the median of its rounds with the min-max beside it; a comparison between two systems is
+the ratio of their medians, with the range of the per-round ratios (the two runs of one round ran back to back) as
+its spread. With --eval-rows, each trained PRM then scores held-out phase-1 test rows with its own
 tokenization and reports the AUROC of the rated last step: TRL and soup through the harness's peer_eval.py, prmkit
 through PRMScorer. Results go to bench/results/peers.json and are printed as a table.
 """
@@ -40,6 +44,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from prmkit.backbones import resolve_base  # noqa: E402
 from prmkit.evaluation.metrics import auroc  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from common import sgemm_gflops  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data" / "prm800k_phase1_stepwise"
 
 
@@ -49,7 +56,7 @@ def main() -> None:
     parser.add_argument("--harness", type=Path, default=ROOT.parent / "shared" / "peers")
     parser.add_argument("--rows", type=int, default=240)
     parser.add_argument("--eval-rows", type=int, default=0, help="held-out rows to score (0: timing only)")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of every system (median kept)")
     parser.add_argument("--systems", default="trl,pk-lora,pk-lora-random,soup,pk-full")
     parser.add_argument("--work", type=Path, default=Path("/tmp/prmkit-peers"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "peers.json")
@@ -71,26 +78,24 @@ def main() -> None:
     for repeat in range(args.repeats):
         for name in systems:
             out = work / f"{name}-{repeat}"
+            sgemm = round(sgemm_gflops(), 1)
             measured = timed(commands[name](out), work / f"{name}-{repeat}")
             measured["rows_per_s"] = round(args.rows / measured["wall_s"], 3)
+            measured["sgemm_gflops"] = sgemm
             results[name].append(measured)
             print(f"{name} #{repeat}: {measured}", flush=True)
-    summary = {name: {"wall_s": statistics.median(r["wall_s"] for r in runs),
-                      "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
-                      "peak_rss_gb": statistics.median(r["peak_rss_gb"] for r in runs), "runs": runs}
-               for name, runs in results.items()}
+    summary = {name: summarise(runs) for name, runs in results.items()}
     if args.eval_rows:
         for name in systems:
             summary[name]["heldout_last_step_auroc"] = evaluate(name, work / f"{name}-0", args, base,
                                                                 work / "eval.jsonl")
     ratios = {}
-    for ours, peer in (("pk-lora", "trl"), ("pk-lora-random", "trl"), ("pk-lora-compiled", "trl"),
+    for ours, peer in (("pk-lora", "trl"), ("pk-lora-random", "trl"), ("pk-lora-grouped", "trl"),
+                       ("pk-full-grouped", "soup"), ("pk-lora-compiled", "trl"),
                        ("pk-lora-compiled-warm", "trl"), ("pk-lora-packed-compiled-warm", "trl"), ("pk-full", "soup"),
                        ("pk-full-compiled", "soup"), ("pk-full-compiled-warm", "soup")):
         if ours in summary and peer in summary:
-            ratios[f"{ours} / {peer}"] = {
-                "rows_per_s": round(summary[ours]["rows_per_s"] / summary[peer]["rows_per_s"], 3),
-                "peak_rss": round(summary[ours]["peak_rss_gb"] / summary[peer]["peak_rss_gb"], 3)}
+            ratios[f"{ours} / {peer}"] = compare(summary[ours], summary[peer])
     payload = {"rows": args.rows, "max_length": 256, "batch_size": 4, "repeats": args.repeats, "systems": summary,
                "ratios": ratios, "command": " ".join(sys.argv)}
     args.out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
@@ -100,6 +105,24 @@ def main() -> None:
 LORA = ("lora.r=16", "lora.alpha=32", "training.lr=1e-4")
 LORA_RANDOM = (*LORA, "training.group_by_length=false")
 FULL = ("model.finetune=full", "training.lr=1e-5")
+GROUPED = "training.group_by_length=true"
+
+
+def summarise(runs: list[dict]) -> dict:
+    """One system's rounds: medians, the min-max of rows/s, and every round as measured."""
+    rates = [r["rows_per_s"] for r in runs]
+    return {"wall_s": statistics.median(r["wall_s"] for r in runs), "rows_per_s": statistics.median(rates),
+            "rows_per_s_min": min(rates), "rows_per_s_max": max(rates),
+            "peak_rss_gb": statistics.median(r["peak_rss_gb"] for r in runs),
+            "sgemm_gflops": statistics.median(r["sgemm_gflops"] for r in runs), "runs": runs}
+
+
+def compare(ours: dict, peer: dict) -> dict:
+    """Ratio of the medians, and the range of the per-round ratios (each round's two runs ran back to back)."""
+    per_round = [round(a["rows_per_s"] / b["rows_per_s"], 3) for a, b in zip(ours["runs"], peer["runs"])]
+    return {"rows_per_s": round(ours["rows_per_s"] / peer["rows_per_s"], 3), "rows_per_s_per_round": per_round,
+            "rows_per_s_min": min(per_round), "rows_per_s_max": max(per_round),
+            "peak_rss": round(ours["peak_rss_gb"] / peer["peak_rss_gb"], 3)}
 
 
 def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: int) -> dict:
@@ -111,6 +134,10 @@ def peer_commands(args, work: Path, base: str, train_rows: Path, *, max_length: 
         "pk-lora-random": lambda out: prmkit_train(work, base, train_rows, out, *LORA_RANDOM, max_length=max_length),
         "soup": lambda out: soup_train(args, work, base, train_rows, out, max_length=max_length),
         "pk-full": lambda out: prmkit_train(work, base, train_rows, out, *FULL, max_length=max_length),
+        "pk-lora-grouped": lambda out: prmkit_train(work, base, train_rows, out, *LORA, GROUPED,
+                                                    max_length=max_length),
+        "pk-full-grouped": lambda out: prmkit_train(work, base, train_rows, out, *FULL, GROUPED,
+                                                    max_length=max_length),
         # compiled: a fresh kernel cache per run (a user's first compiled run), or one filled by an earlier run of
         # the same settings (every later run)
         "pk-lora-compiled": lambda out: cold_cache(work / f"inductor-{out.name}", prmkit_train(
@@ -206,12 +233,15 @@ def run(command: list[str]) -> None:
 
 
 def table(payload: dict) -> str:
-    lines = ["| system | rows/s | peak RSS (GB) | wall (s) | held-out last-step AUROC |", "|---|---:|---:|---:|---:|"]
+    lines = ["| system | rows/s, median (min-max) | peak RSS (GB) | wall (s) | sgemm GFLOP/s | held-out AUROC |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, s in payload["systems"].items():
-        lines.append(f"| {name} | {s['rows_per_s']:.3f} | {s['peak_rss_gb']:.2f} | {s['wall_s']:.1f} | "
+        lines.append(f"| {name} | {s['rows_per_s']:.3f} ({s['rows_per_s_min']:.3f}-{s['rows_per_s_max']:.3f}) | "
+                     f"{s['peak_rss_gb']:.2f} | {s['wall_s']:.1f} | {s['sgemm_gflops']:.0f} | "
                      f"{s.get('heldout_last_step_auroc', '-')} |")
     for pair, r in payload["ratios"].items():
-        lines.append(f"\n{pair}: {r['rows_per_s']:.2f}x rows/s, {r['peak_rss']:.2f}x peak RSS")
+        lines.append(f"\n{pair}: {r['rows_per_s']:.2f}x rows/s (rounds {r['rows_per_s_min']:.2f}-"
+                     f"{r['rows_per_s_max']:.2f}x), {r['peak_rss']:.2f}x peak RSS")
     return "\n".join(lines)
 
 
