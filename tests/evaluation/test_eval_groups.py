@@ -32,7 +32,8 @@ def test_each_method_at_each_n_over_the_first_n_samples():
     # N=1: every method takes the first sample (right in problem 2 only)
     assert {m: cells["1"]["accuracy"] for m, cells in result["methods"].items()} == {
         "random": third, "oracle (pass@N)": third, "majority vote": third, "best-of-N": third,
-        "weighted best-of-N": third}
+        "weighted best-of-N": third, "softmax-weighted": third, "filtered-majority": third,
+        "majority-of-bests": third}
     # N=2: the two answers tie in every problem (0.5, 0.5, 0); the PRM prefers the wrong sample in problems 1 and 2
     assert accuracies(result, "majority vote") == [third, third, pytest.approx(0.5)]
     assert accuracies(result, "best-of-N") == [third, 0.0, 0.0]
@@ -79,18 +80,26 @@ def test_within_problem_auroc_counts_one_sided_problems():
     assert result["correct_from"] == "hand" and result["problems"] == 3
 
 
-def test_selection_rules_are_rows_and_compared_with_majority():
-    def last(scores, answers, truncated):
-        return len(scores) - 1
-
-    result = by_n(GROUPS, rules={"last sample": last})
-    assert accuracies(result, "last sample") == [pytest.approx(1 / 3), pytest.approx(1 / 3), pytest.approx(1 / 3)]
-    assert result["versus_majority"]["last sample - majority vote"]["4"]["difference"] == pytest.approx(
-        (0 - 1 + 1 - 0.5 + 0) / 3)
+def test_selection_rules_are_rows_with_their_default_settings_and_compared_with_majority():
+    result = by_n(GROUPS)
+    assert result["rule_settings"]["softmax-weighted"] == {"vote_temperature": 0.1}
+    assert result["rule_settings"]["filtered-majority"] == {"keep_fraction": 0.5}
+    # filtered-majority at N=4 keeps the top two by score: problem 1 samples 0 and 2 ("1" and "2" tie, the first
+    # seen wins: wrong), problem 2 samples 2 and 1 (both "6": wrong); at N=2 it keeps one, the best-ranked (wrong)
+    assert accuracies(result, "filtered-majority") == [pytest.approx(1 / 3), 0.0, 0.0]
+    # softmax-weighted at T=0.1, N=4: problem 1 weighs "1" 1.0 against "2" e^-7 + e^-1; problem 2 "6" 1 + e^-1
+    # against "5" e^-4 + e^-3
+    assert accuracies(result, "softmax-weighted") == [pytest.approx(1 / 3), 0.0, 0.0]
+    assert result["versus_majority"]["filtered-majority - majority vote"]["4"]["difference"] == pytest.approx(-0.5)
+    mob = accuracies(result, "majority-of-bests")
+    assert mob[0] == pytest.approx(1 / 3) and all(0 <= value <= 1 for value in mob)
+    # majority-of-bests is seeded per problem by its key, not by its place in the file
+    keyed = [{**g, "key": f"problem {i}"} for i, g in enumerate(GROUPS)]
+    assert by_n(keyed)["methods"]["majority-of-bests"] == by_n(keyed[::-1])["methods"]["majority-of-bests"]
 
 
 def test_without_answers_only_the_prm_random_and_oracle_are_reported_and_the_reason_given():
-    result = by_n([{**g, "answers": None} for g in GROUPS], rules={"first": lambda *_: 0})
+    result = by_n([{**g, "answers": None} for g in GROUPS])
     assert set(result["methods"]) == {"random", "oracle (pass@N)", "best-of-N"} and result["versus_majority"] == {}
     assert "no 'answer'" in result["note"]
 
@@ -152,7 +161,7 @@ def test_eval_reports_within_problem_metrics_per_split(tiny_run, grouped_file, t
     assert full["best-of-N"] == pytest.approx(old["prm"]["min"])
     assert full["majority vote"] == pytest.approx(old["majority_vote"]) == pytest.approx(2 / 3)
     assert full["random"] == pytest.approx(old["random"]) and full["oracle (pass@N)"] == pytest.approx(2 / 3)
-    assert [cells["1"]["accuracy"] for cells in result["methods"].values()] == [pytest.approx(2 / 3)] * 5
+    assert [cells["1"]["accuracy"] for cells in result["methods"].values()] == [pytest.approx(2 / 3)] * 8
     # problems 1 and 2 have right and wrong samples (2 x 2 and 3 x 1 pairs); problem 3 is all wrong
     counts = within["auroc"]["min"]
     assert (counts["problems"], counts["pairs"], counts["one_sided"]) == (2, 7, 1)
@@ -163,6 +172,7 @@ def test_eval_reports_within_problem_metrics_per_split(tiny_run, grouped_file, t
     assert counts == by_hand
     assert "samples: choosing among each problem's first N samples" in printed and "N=4" in printed
     assert "best-of-N - majority vote" in printed and "within-problem AUROC" in printed
+    assert "majority-of-bests - majority vote" in printed
     page = (out / "report.html").read_text()
     assert "samples: within-problem AUROC (min)" in page and "best-of-N - majority vote at N=4" in page
 

@@ -129,12 +129,12 @@ def best_of_n_groups(split: Split) -> list[dict]:
         if correct is not None:
             grouped.setdefault(chain.group, []).append((chain, correct))
     groups = []
-    for members in grouped.values():
+    for key, members in grouped.items():
         if len(members) >= 2:
             chains = [chain for chain, _ in members]
             answers = [c.answer for c in chains]
             texts = None if any(a is None for a in answers) else [_answer_text(a) for a in answers]
-            groups.append({"correct": [correct for _, correct in members], "answers": texts,
+            groups.append({"key": key, "correct": [correct for _, correct in members], "answers": texts,
                            "truncated": [is_truncated(c.scores) for c in chains],
                            "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})
     return groups
@@ -180,17 +180,12 @@ def split_metrics(split: Split, threshold: float) -> dict:
     result["best_of_n"] = best_of_n_metrics(groups, list(AGGREGATIONS)) if groups else None
     source = sample_correctness(split)[1]
     result["within_problem"] = (
-        within_problem_metrics(groups, list(AGGREGATIONS), correct_from=source, rules=selection_rules()) if groups
+        within_problem_metrics(groups, list(AGGREGATIONS), correct_from=source) if groups
         else {"skipped": "no row says whether its sample is right (a correct / final_answer_correct field or step "
                          "labels)" if source is None else
               "no prompt has two or more samples whose correctness is known; within-problem metrics compare "
               "samples of one problem"})
     return result
-
-
-def selection_rules() -> dict:
-    """The vote-aware selection rules reported beside best-of-N at each N, with their default settings."""
-    return {}
 
 
 def processbench_scored(chains: list[Chain], threshold: float) -> dict:

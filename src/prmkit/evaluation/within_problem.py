@@ -5,14 +5,17 @@ against majority vote with paired intervals. A PRM can separate steps across pro
 rank the samples of one problem no better than chance; these numbers show it.
 
 A group is one problem's samples in file order, as `evaluate.best_of_n_groups` builds them: `correct`, `answers`
-(None when some sample has no answer), `truncated` and `scores` ({aggregation: chain scores}). At N every problem
-keeps its first N samples, so N stops at the smallest group. Every number is an expected correctness (ties broken
-at random, as in `metrics.choice_accuracy`) and every interval is seeded, so a rerun prints the same table.
+(None when some sample has no answer), `truncated`, `scores` ({aggregation: chain scores}) and optionally `key`
+(what names the problem; its position otherwise). At N every problem keeps its first N samples, so N stops at the
+smallest group. Random, majority vote, best-of-N and weighted best-of-N are expected correctness (ties broken at
+random, as in `metrics.choice_accuracy`); the vote-aware rules of `evaluation.selection` are the correctness of
+the sample they pick with their default settings, majority-of-bests seeded per problem. Every interval is seeded,
+so a rerun prints the same table.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from prmkit.evaluation.metrics import (
     bootstrap_mean,
@@ -23,16 +26,18 @@ from prmkit.evaluation.metrics import (
     weighted_vote_accuracy,
     within_problem_auroc,
 )
+from prmkit.evaluation.selection import RULES, SETTINGS, problem_seed, select
 
 DEFAULT_AGGREGATION = "min"  # the chain score that `prmkit score` and `prmkit search` use unless told otherwise
 # Resamples per interval. Memory is iterations x problems x 8 bytes per interval; 2000 resamples put the
 # interval's ends within about 0.005 of where 10000 would.
 BOOTSTRAP_ITERATIONS = 2000
 SEED = 0
-# A selection rule picks one sample: rule(chain scores, answers, truncated) -> index (see evaluation.selection).
-Rule = Callable[..., int]
 MAJORITY, RANDOM, ORACLE = "majority vote", "random", "oracle (pass@N)"
 BEST, WEIGHTED = "best-of-N", "weighted best-of-N"
+# The selection rules beside those rows; best-of-n, majority and weighted-best-of-n are the rows above already,
+# there as expected correctness rather than one tie-break.
+VOTE_RULES = tuple(name for name in RULES if name not in ("best-of-n", "majority", "weighted-best-of-n"))
 
 
 def n_values(smallest: int) -> list[int]:
@@ -44,14 +49,15 @@ def n_values(smallest: int) -> list[int]:
     return values if values[-1] == smallest else [*values, smallest]
 
 
-def problem_outcomes(groups: Sequence[dict], n: int, aggregation: str,
-                     rules: dict[str, Rule] | None = None) -> dict[str, list[float]]:
+def problem_outcomes(groups: Sequence[dict], n: int, aggregation: str, rules: Sequence[str] = VOTE_RULES, *,
+                     seed: int = SEED) -> dict[str, list[float]]:
     """Per method, each problem's expected correctness when it chooses among the problem's first n samples.
     Majority vote, weighted best-of-N and the selection rules need every sample's answer; without them they are
     left out."""
     heads = [{"correct": g["correct"][:n], "answers": None if g.get("answers") is None else g["answers"][:n],
               "truncated": (g.get("truncated") or [False] * len(g["correct"]))[:n],
-              "scores": g["scores"][aggregation][:n]} for g in groups]
+              "scores": g["scores"][aggregation][:n], "seed": problem_seed(seed, g.get("key", index))}
+             for index, g in enumerate(groups)]
     voted = all(h["answers"] is not None for h in heads)
     outcomes = {RANDOM: [random_accuracy(h["correct"]) for h in heads],
                 ORACLE: [float(any(h["correct"])) for h in heads]}
@@ -61,32 +67,35 @@ def problem_outcomes(groups: Sequence[dict], n: int, aggregation: str,
     if voted:
         outcomes[WEIGHTED] = [weighted_vote_accuracy(h["scores"], h["answers"], h["correct"], h["truncated"])
                               for h in heads]
-        for name, rule in (rules or {}).items():
-            outcomes[name] = [float(bool(h["correct"][rule(h["scores"], h["answers"], h["truncated"])]))
-                              for h in heads]
+        for rule in rules:
+            outcomes[rule] = [float(bool(h["correct"][select(rule, h["scores"], h["answers"], h["truncated"],
+                                                             seed=h["seed"])])) for h in heads]
     return outcomes
 
 
-def by_n(groups: Sequence[dict], aggregation: str = DEFAULT_AGGREGATION, rules: dict[str, Rule] | None = None, *,
+def by_n(groups: Sequence[dict], aggregation: str = DEFAULT_AGGREGATION, rules: Sequence[str] = VOTE_RULES, *,
          iterations: int = BOOTSTRAP_ITERATIONS, seed: int = SEED) -> dict:
     """Accuracy of every method at each N with a 95% bootstrap interval (`methods[name][str(N)]`: accuracy, low,
     high, problems), and each PRM chooser minus majority vote at each N with a paired interval over problems
-    (`versus_majority["<method> - majority vote"][str(N)]`: difference, low, high, problems)."""
+    (`versus_majority["<method> - majority vote"][str(N)]`: difference, low, high, problems). `rules` names
+    selection rules (`evaluation.selection.RULES`), run with their default settings (`rule_settings`)."""
     smallest = min(len(g["correct"]) for g in groups)
     ns = n_values(smallest)
     methods: dict[str, dict[str, dict]] = {}
     versus: dict[str, dict[str, dict]] = {}
     for n in ns:
-        outcomes = problem_outcomes(groups, n, aggregation, rules)
+        outcomes = problem_outcomes(groups, n, aggregation, rules, seed=seed)
         for name, values in outcomes.items():
             methods.setdefault(name, {})[str(n)] = bootstrap_mean(values, iterations=iterations, seed=seed)
         if MAJORITY in outcomes:
-            for name in (BEST, WEIGHTED, *(rules or {})):
+            for name in (BEST, WEIGHTED, *rules):
                 versus.setdefault(f"{name} - {MAJORITY}", {})[str(n)] = paired_bootstrap(
                     outcomes[name], outcomes[MAJORITY], iterations=iterations, seed=seed)
     result = {"aggregation": aggregation, "n": ns, "problems": len(groups), "smallest_group": smallest,
               "largest_group": max(len(g["correct"]) for g in groups), "methods": methods,
-              "versus_majority": versus, "bootstrap": {"iterations": iterations, "seed": seed, "interval": 0.95}}
+              "versus_majority": versus, "bootstrap": {"iterations": iterations, "seed": seed, "interval": 0.95},
+              "rule_settings": {rule: {name: setting.default for name, setting in SETTINGS[rule].items()}
+                                for rule in rules}}
     if MAJORITY not in methods:
         result["note"] = ("majority vote, weighted best-of-N and the selection rules skipped: some samples have no "
                           "'answer' to vote with")
@@ -94,7 +103,7 @@ def by_n(groups: Sequence[dict], aggregation: str = DEFAULT_AGGREGATION, rules: 
 
 
 def within_problem_metrics(groups: Sequence[dict], aggregations: Sequence[str], *, correct_from: str,
-                           aggregation: str = DEFAULT_AGGREGATION, rules: dict[str, Rule] | None = None,
+                           aggregation: str = DEFAULT_AGGREGATION, rules: Sequence[str] = VOTE_RULES,
                            iterations: int = BOOTSTRAP_ITERATIONS, seed: int = SEED) -> dict:
     """The within-problem AUROC of every aggregation's chain score (over all samples of each problem) and the
     methods by N (`by_n`, chain score `aggregation`); `correct_from` says where correctness came from."""
