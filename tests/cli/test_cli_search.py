@@ -1,7 +1,9 @@
-"""`prmkit search` flags: each one lands in its option, escapes in --delimiter are read, and bad input stops the
-command with a message before any model is loaded."""
+"""`prmkit search` flags: each one lands in its option (selection settings also from a `search-tune` file), escapes
+in --delimiter are read, and bad input stops the command with a message before any model is loaded."""
 
 from __future__ import annotations
+
+import json
 
 from prmkit.cli import build_parser, main
 from prmkit.cli.search import search_options, unescape
@@ -43,3 +45,40 @@ def test_bad_rows_and_outputs_stop_before_any_model_loads(tmp_path, capsys):
     assert main(["search", "r", str(data), str(tmp_path / "o.jsonl"), "--policy", "m", "--method", "beam",
                  "--n", "3"]) == 2
     assert "n=3 is not a multiple of beam_width=4" in capsys.readouterr().err
+
+
+def search_args(*flags: str):
+    return build_parser().parse_args(["search", "r", "d.jsonl", "o.jsonl", "--policy", "m", *flags])
+
+
+def test_selection_flags_and_a_tuned_settings_file(tmp_path):
+    options = search_options(search_args("--method", "softmax-weighted", "--vote-temperature", "inf",
+                                         "--keep-fraction", "0.25", "--mob-fraction", "0.75", "--mob-resamples", "9"))
+    assert (options.vote_temperature, options.keep_fraction, options.mob_fraction, options.mob_resamples) == (
+        float("inf"), 0.25, 0.75, 9)
+    assert options.selection("softmax-weighted") == {"vote_temperature": float("inf")}
+    assert search_options(search_args()).selection("filtered-majority") == {"keep_fraction": 0.5}
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text(json.dumps({"settings": {"vote_temperature": 0.3, "keep_fraction": 0.75}}))
+    from_file = search_options(search_args("--select-settings", str(tuned), "--mob-resamples", "50"))
+    assert (from_file.vote_temperature, from_file.keep_fraction, from_file.mob_resamples) == (0.3, 0.75, 50)
+
+
+def test_a_setting_given_by_flag_and_by_file_is_refused(tmp_path, capsys):
+    data = tmp_path / "p.jsonl"
+    write_jsonl([{"prompt": "ok"}], data)
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text(json.dumps({"settings": {"keep_fraction": 0.75}}))
+    assert main(["search", "r", str(data), str(tmp_path / "o.jsonl"), "--policy", "m", "--select-settings",
+                 str(tuned), "--keep-fraction", "0.5"]) == 2
+    assert "--keep-fraction and --select-settings" in capsys.readouterr().err
+    assert main(["search", "r", str(data), str(tmp_path / "o.jsonl"), "--policy", "m", "--select-settings",
+                 str(tmp_path / "missing.json")]) == 2
+    assert "no such file; write it with `prmkit search-tune" in capsys.readouterr().err
+    assert main(["search", "r", str(data), str(tmp_path / "o.jsonl"), "--policy", "m", "--keep-fraction", "0"]) == 2
+    assert "keep_fraction=0.0; use a share of the samples in (0, 1]" in capsys.readouterr().err
+
+
+def test_search_tune_needs_a_json_out(tmp_path, capsys):
+    assert main(["search-tune", str(tmp_path / "val.jsonl"), "--out", str(tmp_path / "s.yaml")]) == 2
+    assert "give a .json path" in capsys.readouterr().err

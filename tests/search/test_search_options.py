@@ -49,3 +49,17 @@ def test_identity_leaves_out_what_does_not_change_results():
 def test_derived_seeds_differ_by_part_and_repeat():
     assert derive_seed(0, "beam", 1) == derive_seed(0, "beam", 1) != derive_seed(0, "beam", 2)
     assert derive_seed(0, "beam", 1) != derive_seed(1, "beam", 1)
+
+
+def test_a_method_row_is_identified_by_its_own_rule_settings_only():
+    softmax = SearchOptions(method="softmax-weighted", vote_temperature=0.3).identity()
+    assert softmax["vote_temperature"] == 0.3 and "keep_fraction" not in softmax and "mob_resamples" not in softmax
+    assert "vote_temperature" not in SearchOptions(method="best-of-n").identity()
+    assert "vote_temperature" not in SearchOptions(budgets=(4,), beam_width=2).identity()
+
+
+def test_bad_selection_settings_are_reported_together():
+    with pytest.raises(PRMError) as err:
+        SearchOptions(vote_temperature=-1, keep_fraction=1.5, mob_fraction=0, mob_resamples=0)
+    for part in ("vote_temperature=-1", "keep_fraction=1.5", "mob_fraction=0", "mob_resamples=0"):
+        assert part in str(err.value)

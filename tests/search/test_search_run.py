@@ -218,3 +218,38 @@ def test_greedy_keeps_its_n_1_column_when_the_budgets_start_higher(data, tmp_pat
     table = markdown_table(summary.report)
     assert table.splitlines()[0] == "| method | N=1 | N=4 |"
     assert "| greedy | 0.000 (" in table and "| best-of-n | - | 0.000 (" in table
+
+
+@pytest.mark.parametrize("options, answer", [
+    (SearchOptions(method="softmax-weighted", vote_temperature=0.1), "5"),  # 1 against 2 exp(-4) for the 4s
+    (SearchOptions(method="softmax-weighted", vote_temperature=1.0), "4"),  # 2 exp(-0.4) = 1.34 against 1
+    (SearchOptions(method="filtered-majority", keep_fraction=0.5), "5"),  # the top two, 5 and 4, tie: 5 first
+    (SearchOptions(method="filtered-majority", keep_fraction=0.75), "4"),  # three kept: 4 twice
+    (SearchOptions(method="majority-of-bests", mob_fraction=0.25), "4"),  # best of one: uniform, 4 is 1 in 2
+])
+def test_the_selection_rules_choose_with_their_settings(data, tmp_path, options, answer):
+    out = tmp_path / "out.jsonl"
+    run_search(StepScorer(), ScriptedPolicy(four_answers), data, out, options)
+    rows = lines(out)
+    assert [r["answer"] for r in rows] == [answer] * 3
+    assert rows[0]["options"] == options.identity() and rows[0]["method"] == options.method
+    assert set(options.selection(options.method)) <= set(rows[0]["options"])
+
+
+def test_budget_reports_name_the_settings_and_continue_under_new_ones(data, tmp_path):
+    """A budgets row holds every sample whatever the selection settings, so a run with other settings continues
+    the output and reports with its own."""
+    from prmkit.search.report import markdown_table
+
+    out = tmp_path / "b.jsonl"
+    methods = ("softmax-weighted", "filtered-majority", "majority-of-bests")
+    first = run_search(StepScorer(), ScriptedPolicy(four_answers), data, out,
+                       SearchOptions(budgets=(4,), budget_methods=methods, vote_temperature=0.1))
+    again = run_search(StepScorer(), ScriptedPolicy(four_answers), data, out,
+                       SearchOptions(budgets=(4,), budget_methods=methods, vote_temperature=1.0))
+    assert again.resumed == 3 and again.searched == 0
+    assert first.report["methods"]["softmax-weighted"]["4"]["accuracy"] == 0.0
+    assert again.report["methods"]["softmax-weighted"]["4"]["accuracy"] == 1.0
+    assert again.report["selection"]["softmax-weighted"] == {"vote_temperature": 1.0}
+    assert "| softmax-weighted (vote_temperature=1.0) |" in markdown_table(again.report)
+    assert "| filtered-majority (keep_fraction=0.5) |" in markdown_table(again.report)

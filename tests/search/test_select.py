@@ -1,5 +1,6 @@
-"""Choosing among finished solutions: best PRM score, majority over canonical answers, PRM-weighted vote; ties and
-unscored solutions; and the step that ends a beam by committing to an answer."""
+"""Choosing among finished solutions: best PRM score, majority over canonical answers, PRM-weighted vote (and the
+other shared rules, seeded by the problem); ties and unscored solutions; and the step that ends a beam by
+committing to an answer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from prmkit.search.select import (
     Solution,
     best_of_n,
+    choose_index,
     commits_to_answer,
     from_text,
     majority_vote,
@@ -96,3 +98,20 @@ def test_a_sample_cut_at_max_new_tokens_votes_only_with_a_stated_answer():
     assert majority_vote(pool) == 2 and weighted_vote(pool) == 2
     stated = Solution(text="The answer is 17. Check: 3 +", steps=["s"], finish_reason="length")
     assert stated.answer == "17" and stated.row()["answer"] == "17"
+
+
+def test_search_chooses_with_the_shared_rules_and_seeds_by_the_problem():
+    """choose_index is prmkit.evaluation.selection's rule over the solutions' scores, answers and cut flags;
+    majority-of-bests' resamples come from the seed and the problem's text, nothing else."""
+    from prmkit.evaluation.selection import problem_seed, select
+
+    pool = [solution("5", 0.9), solution("4", 0.5), solution("4", 0.5), solution("6", 0.1)]
+    assert choose_index("softmax-weighted", pool, vote_temperature=1.0) == 1
+    assert choose_index("softmax-weighted", pool, vote_temperature=0.1) == 0
+    assert choose_index("greedy", pool) == 0
+    picks = {problem: choose_index("majority-of-bests", pool, seed=2, problem=problem, mob_resamples=3,
+                                   mob_fraction=0.25) for problem in ("a", "b", "c", "d", "e", "f")}
+    assert len(set(picks.values())) > 1
+    for problem, pick in picks.items():
+        assert pick == select("majority-of-bests", [s.score for s in pool], [s.answer for s in pool],
+                              seed=problem_seed(2, problem), mob_resamples=3, mob_fraction=0.25)
