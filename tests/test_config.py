@@ -84,3 +84,22 @@ def test_head_lr_under_fsdp_with_flat_parameters_is_refused():
     load_config(None, ["distributed.fsdp=full_shard", "distributed.fsdp_config={version: 1}", "training.head_lr=1e-3"])
     load_config(None, ["distributed.fsdp=full_shard", "distributed.fsdp_config={use_orig_params: false}",
                        "training.head_lr=1e-3"])  # FSDP version 2 (the default) keeps every weight apart
+
+
+def test_ranking_and_best_metric_settings_that_cannot_be_honoured_are_refused_together():
+    with pytest.raises(PRMError) as err:
+        load_config(None, ["loss.ranking_weight=0.5", "training.packing=true", "training.group_by_length=true",
+                           "training.best_metric=within_problem_auroc", "training.save_steps=10",
+                           "training.eval_steps=4"])
+    message = str(err.value)
+    assert "loss.ranking_weight=0.5 with training.packing=true" in message and "set training.packing=false" in message
+    assert "loss.ranking_weight=0.5 with training.group_by_length=true" in message
+    assert "training.best_metric=within_problem_auroc needs validation data; set data.val" in message
+    assert "training.save_steps=10 must be a multiple of training.eval_steps=4" in message
+    with pytest.raises(PRMError, match="loss.ranking_score=last set but loss.ranking_weight is 0"):
+        load_config(None, ["loss.ranking_score=last"])
+    with pytest.raises(PRMError, match="loss.ranking_weight"):
+        load_config(None, ["loss.ranking_weight=-1"])
+    config = load_config(None, ["loss.ranking_weight=0.5", "loss.ranking_score=last", "data.val=v.jsonl",
+                                "training.best_metric=loss", "training.eval_steps=5", "training.save_steps=10"])
+    assert (config.loss.ranking_weight, config.loss.ranking_score, config.training.best_metric) == (0.5, "last", "loss")

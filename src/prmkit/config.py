@@ -57,6 +57,17 @@ class LoraSettings(Section):
 
 class LossConfig(Section):
     type: Literal["mse", "bce"] = "bce"
+    # Best-of-N compares samples of ONE problem, and a PRM trained on step labels alone learns largely which
+    # problems are hard (high step AUROC pooled over problems, near chance within a problem); the ranking term
+    # trains the comparison best-of-N makes.
+    ranking_weight: float = Field(0.0, ge=0.0, description="Weight of a pairwise ranking term added to the step "
+                                  "loss: for each right and wrong sample of the same prompt in a batch, "
+                                  "-log sigmoid(score_right - score_wrong), averaged over the pairs; batches are then "
+                                  "built from whole prompt groups. 0: the step loss alone")
+    ranking_score: Literal["min", "last"] = Field("min", description="The chain score the ranking term compares, "
+                                                  "over the chain's labelled steps, in logit space (the raw head "
+                                                  "output): min (prmkit's default aggregation, the score best-of-N "
+                                                  "ranks by) or last (the final step's)")
 
 
 class TrainingConfig(Section):
@@ -90,6 +101,9 @@ class TrainingConfig(Section):
     packing: bool = Field(False, description="Padding-free batches: a batch's chains are packed into rows up to its "
                           "longest chain, attention kept within each chain; checked against padded batches at "
                           "the start")
+    best_metric: Literal["loss", "auroc", "within_problem_auroc", "within_problem_auroc_pooled"] | None = Field(
+        None, description="Keep the checkpoint with the best validation value of this metric as the final model "
+        "(lowest loss, highest AUROC); needs validation data and training.eval_steps dividing training.save_steps")
     seed: int = 42
     logging_steps: int = Field(10, gt=0)
     eval_steps: int | None = Field(None, gt=0, description="Evaluate every N steps; default: at each epoch end")
@@ -150,6 +164,7 @@ class Config(Section):
                             "with use_orig_params false: the head's weights are flattened into one tensor with "
                             "other weights, which has one learning rate; set distributed.fsdp_config.use_orig_params="
                             "true, or version 2 (the default), or remove training.head_lr")
+        problems += self._ranking_problems()
         changed = {k for k, v in self.lora.model_dump().items() if v != LoraSettings().model_dump()[k]}
         if self.model.finetune == "full" and changed:
             keys = ", ".join(f"lora.{k}" for k in sorted(changed))
@@ -157,6 +172,30 @@ class Config(Section):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _ranking_problems(self) -> list[str]:
+        problems = []
+        weight, t = self.loss.ranking_weight, self.training
+        if weight and t.packing:
+            problems.append(f"loss.ranking_weight={weight} with training.packing=true: a packed row holds several "
+                            "chains, and the ranking term reads one chain per row; set training.packing=false or "
+                            "loss.ranking_weight=0")
+        if weight and t.group_by_length:
+            problems.append(f"loss.ranking_weight={weight} with training.group_by_length=true: the ranking term "
+                            "batches the samples of one prompt together, length grouping would split them; set "
+                            "training.group_by_length=false or loss.ranking_weight=0")
+        if not weight and self.loss.ranking_score != LossConfig().ranking_score:
+            problems.append(f"loss.ranking_score={self.loss.ranking_score} set but loss.ranking_weight is 0; set a "
+                            "ranking weight (e.g. loss.ranking_weight=0.5) or remove loss.ranking_score")
+        if t.best_metric is not None:
+            if not (self.data.val or self.data.val_fraction):
+                problems.append(f"training.best_metric={t.best_metric} needs validation data; set data.val or "
+                                "data.val_fraction")
+            if t.eval_steps is None or t.save_steps % t.eval_steps:
+                problems.append(f"training.best_metric={t.best_metric} picks among the saved checkpoints, so each "
+                                f"one must be evaluated: training.save_steps={t.save_steps} must be a multiple of "
+                                f"training.eval_steps={t.eval_steps}; set e.g. training.eval_steps={t.save_steps}")
+        return problems
 
     @property
     def run_dir(self) -> Path:

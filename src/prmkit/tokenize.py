@@ -22,6 +22,7 @@ class TokenizedChain:
     steps_kept: int
     steps_dropped: int  # steps cut off by max_length (never labelled)
     prompt_tokens_dropped: int = 0
+    record_index: int = -1  # the record's position in tokenize_records' input, which drops rows (-1: not from it)
 
 
 @dataclass
@@ -108,7 +109,7 @@ def tokenize_records(tokenizer, records: Sequence[dict], *, separator: str, max_
     """Tokenize training records; rows left with no labelled step are dropped and counted, with the reason."""
     stats = TokenizationStats()
     kept = []
-    for record in records:
+    for index, record in enumerate(records):
         chain = tokenize_chain(tokenizer, record["prompt"], record["completions"], record["labels"],
                                separator=separator, max_length=max_length,
                                train_on_last_step_only=train_on_last_step_only)
@@ -118,6 +119,7 @@ def tokenize_records(tokenizer, records: Sequence[dict], *, separator: str, max_
             stats.add(None, len(record["completions"]), "no labelled step within max_length")
         else:
             stats.add(chain, len(record["completions"]))
+            chain.record_index = index
             kept.append(chain)
     return kept, stats
 

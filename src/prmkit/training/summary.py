@@ -36,12 +36,13 @@ class RunSummary:
     start_eval_metrics: dict = field(default_factory=dict)  # the head training started from (head_init: probe)
     resumed_from: str | None = None
     resume_changes: dict = field(default_factory=dict)  # key -> [the run started with, the resume set]
+    best_checkpoint: str | None = None  # training.best_metric: the checkpoint whose weights are the final model
 
     @classmethod
     def build(cls, *, config, run_dir: Path, log_history: list[dict], global_step: int, duration_s: float,
               trained_tokens: int, batch_tokens: int, trainable_params: int, total_params: int, train_stats,
               val_stats, reports, eval_metrics: dict, resumed_from: str | None,
-              resume_changes: dict | None = None) -> "RunSummary":
+              resume_changes: dict | None = None, best_checkpoint: str | None = None) -> "RunSummary":
         losses = [entry["loss"] for entry in log_history if "loss" in entry]
         return cls(
             run_dir=str(run_dir), base_model=config.model.base, finetune=config.model.finetune,
@@ -60,6 +61,7 @@ class RunSummary:
             start_eval_metrics=_eval_keys(next((e for e in log_history if e.get("step") == 0 and "eval_loss" in e),
                                                {})),
             resumed_from=resumed_from, resume_changes=dict(resume_changes or {}),
+            best_checkpoint=best_checkpoint if config.training.best_metric else None,
         )
 
     def as_dict(self) -> dict:
@@ -68,7 +70,8 @@ class RunSummary:
 
 def _eval_keys(metrics: dict) -> dict:
     return {k.removeprefix("eval_"): v for k, v in metrics.items()
-            if k.removeprefix("eval_") in ("loss", "accuracy", "auroc", "mse", "n_steps")}
+            if k.removeprefix("eval_") in ("loss", "accuracy", "auroc", "mse", "n_steps", "within_problem_auroc",
+                                           "within_problem_auroc_pooled")}
 
 
 def _with_start(value, start) -> str:
@@ -102,6 +105,8 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         ("invalid rows skipped", str(summary.rows_skipped_invalid)),
     ]
     rows += [(f"eval {k}", _with_start(v, summary.start_eval_metrics.get(k))) for k, v in summary.eval_metrics.items()]
+    if summary.best_checkpoint:
+        rows.append(("final model", f"the best checkpoint, {summary.best_checkpoint}"))
     rows.append(("output", summary.run_dir))
     for name, value in rows:
         table.add_row(name, value)

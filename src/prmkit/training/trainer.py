@@ -20,9 +20,8 @@ from prmkit.config import Config, DistributedConfig, config_to_yaml
 from prmkit.data.io import load_records
 from prmkit.device import Precision, check_compilable, compile_failure, raised_while_compiling, resolve_precision
 from prmkit.errors import PRMError
-from prmkit.evaluation.metrics import step_metrics
 from prmkit.files import write_json_atomic, write_text_atomic
-from prmkit.loss import scores_from_head, step_loss
+from prmkit.loss import step_loss
 from prmkit.model import (
     PRMMetadata,
     add_separator_token,
@@ -35,7 +34,7 @@ from prmkit.model import (
     refuse_pickle_weights,
     refused_object,
 )
-from prmkit.tokenize import IGNORE_INDEX, StepCollator, TokenizationStats, tokenize_records
+from prmkit.tokenize import StepCollator, TokenizationStats, tokenize_records
 from prmkit.training.checkpoints import AtomicCheckpoints, checkpoint_to_resume, save_final_model
 from prmkit.training.engine import (
     check_attention_precision,
@@ -47,6 +46,7 @@ from prmkit.training.engine import (
 )
 from prmkit.training.head_init import init_head_from_probe, set_head
 from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
+from prmkit.training.ranking import SiblingRanking
 from prmkit.training.progress import show_training_progress
 from prmkit.training.run_folder import (
     CONFIG_FILE,
@@ -55,14 +55,20 @@ from prmkit.training.run_folder import (
     prepare_run_dir,
     resume_changes,
 )
+from prmkit.training.siblings import SiblingCollator, Siblings, check_rankable, sibling_groups
 from prmkit.training.summary import RunSummary
+from prmkit.training.validation import check_best_metric, keep_head_output, make_compute_metrics
 
 
 class ChainDataset(torch.utils.data.Dataset):
-    """Tokenized chains as plain Python lists: nothing casts the float labels on the way to the collator."""
+    """Tokenized chains as plain Python lists: nothing casts the float labels on the way to the collator. With
+    `siblings` each row carries its prompt group and outcome, for the ranking term."""
 
-    def __init__(self, chains):
+    def __init__(self, chains, siblings: Siblings | None = None):
         self.rows = [{"input_ids": c.input_ids, "labels": c.labels} for c in chains]
+        if siblings is not None:
+            for row, group, correct in zip(self.rows, siblings.groups, siblings.correct):
+                row.update(group=group, correct=correct)
 
     def __len__(self):
         return len(self.rows)
@@ -71,20 +77,22 @@ class ChainDataset(torch.utils.data.Dataset):
         return self.rows[index]
 
 
-class PRMTrainer(AtomicCheckpoints, Trainer):
+class PRMTrainer(AtomicCheckpoints, SiblingRanking, Trainer):
     """Writes each checkpoint atomically with prmkit.json inside, so every `checkpoint-N` scores on its own; counts
     the real (non-padding) tokens it trains on, for an honest tokens/s; refuses to train a model the engine did not
-    wrap as `distributed` asks."""
+    wrap as `distributed` asks; adds the ranking term where `ranking_weight` > 0 (SiblingRanking)."""
 
     trained_tokens = 0
     padded_tokens = 0
 
     def __init__(self, *args, metadata: PRMMetadata, head_lr: float | None = None,
-                 distributed: DistributedConfig | None = None, **kwargs):
+                 distributed: DistributedConfig | None = None, ranking_weight: float = 0.0,
+                 ranking_score: str = "min", train_siblings: Siblings | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.metadata = metadata
         self.head_lr = head_lr
         self.distributed = distributed or DistributedConfig()
+        self.ranking_weight, self.ranking_score, self.train_siblings = ranking_weight, ranking_score, train_siblings
 
     def _build_accelerator_args(self, **kwargs):
         """With training.torch_compile, batch shapes are symbolic from the first compilation: chains vary in
@@ -152,39 +160,29 @@ class FinalStepFlow(TrainerCallback):
     and save a checkpoint there even off the `save_steps` grid. Both are turned off for that step: the final model
     written right after training holds the same weights (an off-grid checkpoint would only repeat it, with optimizer
     state: three times the weights for a full fine-tune), and `train` evaluates those weights once. Checkpoints on
-    the `save_steps` grid are kept as they are."""
+    the `save_steps` grid are kept as they are.
+
+    With `training.best_metric` the last step is evaluated and saved as transformers does: the final weights must
+    compete with the earlier checkpoints, and the best of them becomes the final model."""
+
+    def __init__(self, best_metric: str | None = None):
+        self.best_metric = best_metric
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= state.max_steps:
+        if state.global_step >= state.max_steps and not self.best_metric:
             control.should_evaluate = False
             if state.global_step % args.save_steps:
                 control.should_save = False
         return control
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        if state.global_step >= state.max_steps:
+        if state.global_step >= state.max_steps and not self.best_metric:
             control.should_evaluate = False
         return control
 
 
 def loss_function(loss_type: str, outputs, labels, num_items_in_batch=None):
     return step_loss(loss_type, outputs["logits"].squeeze(-1), labels, num_items_in_batch)
-
-
-def make_compute_metrics(loss_type: str):
-    def compute_metrics(eval_prediction) -> dict:
-        head = torch.as_tensor(eval_prediction.predictions)
-        labels = torch.as_tensor(eval_prediction.label_ids)
-        mask = labels != IGNORE_INDEX
-        scores = scores_from_head(loss_type, head[mask]).numpy()
-        metrics = step_metrics(scores, labels[mask].numpy())
-        return {k: v for k, v in metrics.items() if v is not None and k != "positive_rate"}
-    return compute_metrics
-
-
-def keep_head_output(logits, labels):
-    """Evaluation keeps one float per token instead of the (batch, tokens, 1) tensor."""
-    return logits.squeeze(-1)
 
 
 def distributed_type(args: TrainingArguments) -> str:
@@ -213,6 +211,8 @@ def training_arguments(config: Config, run_dir: Path, has_eval: bool,
         # held-out metrics of the starting head, for the summary; a resumed run starts from trained weights
         eval_on_start=has_eval and t.head_init == "probe" and not t.resume,
         save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit,
+        load_best_model_at_end=bool(t.best_metric) and has_eval,
+        metric_for_best_model=t.best_metric if has_eval else None,
         report_to=t.report_to or "none", dataloader_num_workers=t.dataloader_num_workers,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         bf16=precision.bf16, fp16=precision.fp16, use_cpu=precision.device == "cpu",
@@ -296,6 +296,13 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     if val_records and not val_chains:  # the engine was told to evaluate, on validation rows none of which fits
         raise PRMError(f"no validation row has a labelled step within data.max_length={config.data.max_length} "
                        f"({val_stats.drop_reasons}); raise data.max_length or check the validation data")
+    ranking = config.loss.ranking_weight
+    train_siblings = sibling_groups(train_records, train_chains, config.data.train) if ranking else None
+    if train_siblings is not None:
+        check_rankable(train_siblings, config.data.train, ranking)
+    val_source = config.data.val or f"{config.data.train} (data.val_fraction)"
+    val_siblings = sibling_groups(val_records, val_chains, val_source) if val_chains else None
+    check_best_metric(config.training.best_metric, val_siblings, val_source)
 
     if config.training.head_init == "probe" and not resume_from:  # a resumed run has its trained head
         if fitted_head is not None:
@@ -323,16 +330,18 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
                      trainable_params=trainable, checkpoints_kept=config.training.save_total_limit)
 
     metadata = PRMMetadata.from_config(config, base_path, label_scheme=reports[0].scheme, added_tokens=added)
+    collator = PackedStepCollator(tokenizer.pad_token_id) if config.training.packing \
+        else StepCollator(tokenizer.pad_token_id)
     trainer = PRMTrainer(
-        model=model, args=args,
-        train_dataset=ChainDataset(train_chains), eval_dataset=ChainDataset(val_chains) if val_chains else None,
-        data_collator=(PackedStepCollator(tokenizer.pad_token_id) if config.training.packing
-                       else StepCollator(tokenizer.pad_token_id)),
-        processing_class=tokenizer,
+        model=model, args=args, train_dataset=ChainDataset(train_chains, train_siblings),
+        eval_dataset=ChainDataset(val_chains) if val_chains else None,
+        data_collator=SiblingCollator(collator) if ranking else collator, processing_class=tokenizer,
         compute_loss_func=partial(loss_function, config.loss.type),
-        compute_metrics=make_compute_metrics(config.loss.type), preprocess_logits_for_metrics=keep_head_output,
+        compute_metrics=make_compute_metrics(config.loss.type, val_siblings),
+        preprocess_logits_for_metrics=keep_head_output,
         metadata=metadata, head_lr=config.training.head_lr, distributed=config.distributed,
-        callbacks=[FinalStepFlow()],
+        ranking_weight=ranking, ranking_score=config.loss.ranking_score, train_siblings=train_siblings,
+        callbacks=[FinalStepFlow(config.training.best_metric)],
     )
     show_training_progress(trainer)  # a bar on a terminal, a line per logging step in a log
     # config.yaml stays the config the run started with: every resume is checked against it, and summary.json lists
@@ -372,7 +381,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         duration_s=duration, trained_tokens=trained_tokens, batch_tokens=batch_tokens, trainable_params=trainable,
         total_params=total,
         train_stats=train_stats, val_stats=val_stats, reports=reports, eval_metrics=eval_metrics,
-        resumed_from=resume_from, resume_changes=resumed_with,
+        resumed_from=resume_from, resume_changes=resumed_with, best_checkpoint=trainer.state.best_model_checkpoint,
     )
     if is_main_process():
         write_json_atomic(run_dir / "summary.json", summary.as_dict())
