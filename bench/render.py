@@ -4,7 +4,8 @@
     .venv/bin/python bench/render.py --check    # exit 1 (and name the regions) if the file is not what it renders
 
 A region is the text between `<!-- render:NAME -->` and `<!-- /render:NAME -->`; NAME is a renderer of
-render_speed.py or render_quality.py, and the targets its verdicts are judged against are in render_kit.TARGETS.
+render_speed.py, render_quality.py or render_more.py, and the targets its verdicts are judged against are in
+render_kit.TARGETS.
 Text outside the regions is left as written; tests/bench/test_docs_figures.py checks that its figures come from a
 results file.
 """
@@ -18,11 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from render_more import RENDERERS as MORE  # noqa: E402
 from render_quality import RENDERERS as QUALITY  # noqa: E402
 from render_speed import RENDERERS as SPEED  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-RENDERERS = {**SPEED, **QUALITY}
+RENDERERS = {**SPEED, **QUALITY, **MORE}
 REGION = re.compile(r"(<!-- render:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /render:(?P=name) -->)", re.DOTALL)
 
 
@@ -36,7 +38,7 @@ def render(text: str) -> str:
     unknown = sorted(set(regions(text)) - set(RENDERERS))
     if unknown:
         raise ValueError(f"BENCHMARKS.md has regions with no renderer: {', '.join(unknown)}; "
-                         f"add them to render_speed.py or render_quality.py, or remove the markers")
+                         f"add them to render_speed.py, render_quality.py or render_more.py, or remove the markers")
     return REGION.sub(lambda m: m.group(1) + RENDERERS[m["name"]]().rstrip("\n") + "\n" + m.group(4), text)
 
 

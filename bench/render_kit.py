@@ -38,6 +38,8 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "loop_policy_high": ("<=", 0.7, "the lifecycle policy's held-out greedy accuracy, upper bound"),
     "loop_minutes": ("<", 60.0, "the lifecycle loop from the cached policy, minutes"),
     "demo_auroc": (">=", 0.85, "the demo's held-out step AUROC"),
+    "demo_gain": (">", 0.0, "the demo's held-out step AUROC, trained minus the probe it starts from"),
+    "demo_seconds": ("<", 600.0, "the demo's run, seconds (its results.json)"),
 }
 
 COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -63,10 +65,6 @@ def load(name: str) -> dict:
 
 def ratio(value: float) -> str:
     return f"{value:.2f}x"
-
-
-def num(value: float, places: int = 3) -> str:
-    return f"{value:,.{places}f}"
 
 
 def interval(block: dict, places: int = 3, signed: bool = False) -> str:

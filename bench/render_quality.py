@@ -110,6 +110,8 @@ def loop_verdicts() -> str:
     omega, mc = agreement["omega"], agreement["mc"]
     labels_met = omega["step_agreement"] >= mc["step_agreement"] and omega["rollouts"] < mc["rollouts"]
     policy = report["table"]["greedy"]["1"]["accuracy"]
+    within = verdict("loop_policy_low", policy) == verdict("loop_policy_high", policy) == "met"
+    policy_verdict = "met" if within else "missed"
     greedy = report["table"]["greedy"]["1"]["accuracy"]
     best = max(cell["accuracy"] for method, cells in report["table"].items() if method not in ("greedy", "pass@N")
                for cell in cells.values())
@@ -124,7 +126,7 @@ def loop_verdicts() -> str:
         f"- Omega's labels agree with the exact ones at least as well as mc's for fewer rollouts: "
         f"**{'met' if labels_met else 'missed'}**, {omega['step_agreement']:.3f} against {mc['step_agreement']:.3f} "
         f"of steps with {omega['rollouts']:,} rollouts against {mc['rollouts']:,}.",
-        f"- A policy that solves 20-70% greedily: **{'met' if verdict('loop_policy_low', policy) == verdict('loop_policy_high', policy) == 'met' else 'missed'}**, "
+        f"- A policy that solves 20-70% greedily: **{policy_verdict}**, "
         f"{100 * policy:.1f}%.",
         f"- The whole loop from the cached policy in under 60 minutes: **{verdict('loop_minutes', minutes)}**, "
         f"{minutes:.0f} minutes.",
@@ -221,18 +223,32 @@ def demo_rows(runs: list[tuple[str, str, bool]]) -> list[list[str]]:
     return rows
 
 
+def demo_verdicts() -> str:
+    data = load("demo-default")
+    before, after = data["before"], data["after"]
+    best = max(load(name)["after"]["auroc"] for name, _, _ in DEMO_RUNS)
+    return (f"Against the targets (`demo-default.json`): **trained > probe-only on held-out data: "
+            f"{verdict('demo_gain', after['auroc'] - before['auroc'])}** ({after['auroc']:.3f} vs "
+            f"{before['auroc']:.3f}; first-error accuracy {after['first_error_accuracy']:.2f} vs "
+            f"{before['first_error_accuracy']:.2f}), **under 10 minutes: {verdict('demo_seconds', data['seconds'])}** "
+            f"({data['seconds']:.0f} s), **held-out step AUROC {goal('demo_auroc', '')}: "
+            f"{verdict('demo_auroc', after['auroc'])}** ({after['auroc']:.3f}; the best run of the table above: "
+            f"{best:.4f}).")
+
+
+DEMO_HEADER = ["run", "seconds (its results.json)", "step AUROC start -> trained", "first-error accuracy", "results"]
+
+
 def demo_table() -> str:
-    return table(["run", "seconds (its results.json)", "step AUROC start -> trained", "first-error accuracy", "results"],
-                 demo_rows(DEMO_RUNS), "lrrrl")
+    return table(DEMO_HEADER, demo_rows(DEMO_RUNS), "lrrrl")
 
 
 def demo_earlier_table() -> str:
-    return table(["run", "seconds (its results.json)", "step AUROC start -> trained", "first-error accuracy", "results"],
-                 demo_rows(DEMO_EARLIER), "lrrrl")
+    return table(DEMO_HEADER, demo_rows(DEMO_EARLIER), "lrrrl")
 
 
 RENDERERS = {name: globals()[name] for name in (
     "peer_quality_table", "loop_labels_table", "loop_prms_table", "loop_search_table", "loop_paired_table",
-    "loop_recipes_table", "loop_verdicts", "process_grpo_table", "process_grpo_pairs", "grouping_quality_table", "demo_table",
-    "demo_earlier_table")}
+    "loop_recipes_table", "loop_verdicts", "process_grpo_table", "process_grpo_pairs", "grouping_quality_table",
+    "demo_table", "demo_earlier_table", "demo_verdicts")}
 RENDERERS["loop_recipes_injected_table"] = lambda: loop_recipes_table("loop_recipes-injected-1600")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from render_kit import bold, goal, load, num, ratio, spread, table, verdict
+from render_kit import bold, goal, load, ratio, spread, table, verdict
 
 TRAIN_VARIANTS = {
     "naive_full": "naive full fine-tune",
@@ -114,8 +114,9 @@ def vllm_groups_table() -> str:
         cell = {way: f"{rate_spread(s['chains'], s[way]['seconds'])}" for way in
                 ("prmkit_whole", "prmkit_reuse", "vllm", "vllm_prefix_cache")}
         vs = s["vs_prmkit_whole"]
-        rows.append([GROUP_SHAPES[key], cell["prmkit_whole"], bold(f"{cell['prmkit_reuse']}, {ratio(vs['prmkit_reuse'])}"),
-                     f"{cell['vllm']}, {ratio(vs['vllm'])}", f"{cell['vllm_prefix_cache']}, {ratio(vs['vllm_prefix_cache'])}"])
+        reuse = bold(f"{cell['prmkit_reuse']}, {ratio(vs['prmkit_reuse'])}")
+        rows.append([GROUP_SHAPES[key], cell["prmkit_whole"], reuse]
+                    + [f"{cell[way]}, {ratio(vs[way])}" for way in ("vllm", "vllm_prefix_cache")])
     return table(["shape (chains/s, median (min-max) of 3)", "prmkit, chains read whole", "prmkit, prompt read once",
                   "vLLM", "vLLM, prefix caching on"], rows)
 
@@ -151,9 +152,11 @@ def prefix_search_verdict() -> str:
 def serve_table() -> str:
     s = load("serve")["summary"]
     rates = load("serve")["rates"]
-    rows = [["one chain at a time, in-process", spread(rates["one_at_a_time"]), f"{s['one_at_a_time_cpu_s_per_chain']:.3f}",
+    rows = [["one chain at a time, in-process", spread(rates["one_at_a_time"]),
+             f"{s['one_at_a_time_cpu_s_per_chain']:.3f}",
              f"{ratio(s['server_vs_one_at_a_time'])} ({ratio(s['server_vs_one_at_a_time_by_cpu'])} by CPU)"],
-            ["`score_many`, in-process, batch 16", spread(rates["in_process"]), f"{s['in_process_cpu_s_per_chain']:.3f}",
+            ["`score_many`, in-process, batch 16", spread(rates["in_process"]),
+             f"{s['in_process_cpu_s_per_chain']:.3f}",
              f"{ratio(s['server_vs_in_process'])} ({ratio(s['server_vs_in_process_by_cpu'])} by CPU)"],
             [bold("`prmkit serve`, 64 clients over HTTP"), bold(spread(rates["server"])),
              bold(f"{s['server_cpu_s_per_chain']:.3f}"), "-"]]

@@ -31,12 +31,17 @@ ALLOWED = {
     "3.11": "a Python version",
 }
 
-# README figures that no results file holds yet (the README is being restructured; new ones may not join this list).
-README_UNBACKED = {
-    "3.10": "a Python version, not a measurement",
-    "2.010": "an illustration of bf16 rounding (logits that tie), not a measurement",
-    "2.014": "the same illustration",
-    "2.0156": "the same illustration",
+# Figures of README.md and docs/*.md that no results file holds and that are not this project's measurements, by
+# file and figure, with the reason. Those pages are restructured by others; a new unbacked figure may not join.
+OTHER_DOCS_UNBACKED = {
+    "README.md": {"3.10": "a Python version", "2.010": "an illustration of bf16 rounding (logits that tie)",
+                  "2.014": "the same illustration", "2.0156": "the same illustration"},
+    "benchmark-notes.md": {"0.94": "a median score of a public PRM on the policy's steps, from a run with no results "
+                                   "file: to be backed or removed by that page's owner"},
+    "scoring.md": {"2501.07301": "an arXiv identifier", "82.4": "a published figure of another paper",
+                   "77.6": "a published figure of another paper", "73.5": "a published figure of another paper"},
+    "serving.md": {"3.12": "a Python version"},
+    "vllm.md": {"5.20": "a transformers version"},
 }
 
 
@@ -106,10 +111,13 @@ def test_benchmarks_tables_are_what_the_results_render():
 
 
 def test_check_fails_on_a_retyped_table(tmp_path):
-    doc = tmp_path / "BENCHMARKS.md"
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    doc.write_text(text.replace("| **1.42x** |", "| **1.52x** |", 1), encoding="utf-8")
-    assert "| **1.42x** |" in text
+    first = next(render.REGION.finditer(text))
+    retyped = first["body"].replace("1", "2", 1)
+    assert retyped != first["body"]
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(text[:first.start("body")] + retyped + text[first.end("body"):], encoding="utf-8")
+    assert render.stale(doc.read_text(encoding="utf-8")) == [first["name"]]
     assert render.main(["--check", "--doc", str(doc)]) == 1
 
 
@@ -133,8 +141,12 @@ def test_every_benchmarks_figure_is_in_a_results_file():
     assert not missing, "figures in BENCHMARKS.md that no results file holds:\n" + "\n".join(missing)
 
 
-def test_no_new_unbacked_readme_figures():
-    missing = unbacked((ROOT / "README.md").read_text(encoding="utf-8"), rendered_regions(), keep_boxes=True)
-    new = sorted({entry.split(":")[0] for entry in missing} - set(README_UNBACKED))
-    assert not new, "README.md figures that no results file holds:\n" + "\n".join(
-        entry for entry in missing if entry.split(":")[0] in new)
+OTHER_DOCS = ["README.md", *sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", OTHER_DOCS)
+def test_no_new_unbacked_figures_in_the_other_docs(page):
+    missing = unbacked((ROOT / page).read_text(encoding="utf-8"), rendered_regions(), keep_boxes=True)
+    known = OTHER_DOCS_UNBACKED.get(Path(page).name, {})
+    new = [entry for entry in missing if entry.split(":")[0] not in known]
+    assert not new, f"{page}: figures that no results file holds:\n" + "\n".join(new)
