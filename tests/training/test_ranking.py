@@ -5,6 +5,8 @@ run resumes, and data without pairs is refused."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -118,3 +120,27 @@ def test_a_within_problem_best_metric_needs_validation_prompts_with_both_outcome
     with pytest.raises(PRMError, match="training.best_metric=within_problem_auroc, but no prompt of the validation"):
         run(tiny_llama, tmp_path, "training.max_steps=1", f"data.val={tmp_path / 'val.jsonl'}",
             "training.eval_steps=1", "training.best_metric=within_problem_auroc")
+
+
+def test_two_processes_train_like_one_process_accumulating_the_same_batches(tiny_llama, tmp_path):
+    """Under DDP each process ranks the pairs of its own batches; pairs are counted over all processes and the term
+    scaled as the engine scales the step loss, so two processes with batches of 4 train exactly as one process
+    accumulating the same two batches."""
+    write_jsonl(sibling_records(4, 1, 3), tmp_path / "train.jsonl")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"output_dir: {tmp_path / 'runs'}\nmodel: {{base: {tiny_llama}}}\n"
+                   f"data: {{train: {tmp_path / 'train.jsonl'}, max_length: 64}}\nlora: {{r: 4, dropout: 0.0}}\n"
+                   "loss: {ranking_weight: 0.5}\n"
+                   "training: {max_steps: 2, batch_size: 4, save_steps: 100, logging_steps: 1, lr: 0.005}\n")
+    launches = {"ddp": ["-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "prmkit", "train", str(cfg),
+                        "run_name=ddp"],
+                "single": ["-m", "prmkit", "train", str(cfg), "run_name=single",
+                           "training.gradient_accumulation_steps=2"]}
+    logs = {}
+    for name, command in launches.items():
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        state = json.loads((tmp_path / "runs" / name / "trainer_state.json").read_text())
+        logs[name] = train_logs(state["log_history"])
+    for key in ("loss", "ranking_loss", "grad_norm"):
+        assert [e[key] for e in logs["ddp"]] == pytest.approx([e[key] for e in logs["single"]], rel=1e-4), key
