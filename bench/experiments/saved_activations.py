@@ -1,7 +1,7 @@
 """What a LoRA training step keeps for its backward pass: the tensors autograd saves in one forward of SmolLM2-135M
 with prmkit's all-linear r16 adapters, grouped by the operation that made them and their last dimension.
 
-    python bench/saved_activations.py --batch 4 --length 512 --out bench/results/saved_activations.json
+    python bench/experiments/saved_activations.py --batch 4 --length 512 --out bench/results/saved_activations.json
 
 Counts each storage once (a tensor several operations save, such as a layer's input read by the frozen weight
 and by its adapter, is one storage) and leaves the model's own parameters out. This is the memory the peak of a
@@ -13,19 +13,22 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import sys
 from pathlib import Path
 
 import torch
-from common import backbone_path
 
-from prmkit.model import apply_lora, load_token_classifier
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import backbone_path  # noqa: E402
+
+from prmkit.model import apply_lora, load_token_classifier  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "saved_activations.json")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "saved_activations.json")
     args = parser.parse_args()
 
     torch.manual_seed(0)
