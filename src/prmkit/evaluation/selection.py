@@ -25,9 +25,10 @@ The rules:
   keep_fraction = 1.0 is majority and a fraction that keeps one candidate is best-of-n.
 - majority-of-bests (MoB, Rakhsha et al. 2025, arXiv 2511.18630): `mob_resamples` bootstrap resamples (with
   replacement) of m = max(1, round(mob_fraction * N)) candidates; best-of-m in each; the most frequent answer among
-  those picks, represented by its best-ranked pick. The paper chooses m adaptively; here m is a setting, tuned on a
-  validation split like the others. `seed` makes it deterministic: pass `problem_seed(run_seed, problem_key)` so a
-  problem's result depends on neither the process nor the order problems are read in.
+  those picks (ties: the answer seen first among the candidates), represented by its best-ranked pick. The
+  paper chooses m adaptively; here m is a setting, tuned on a validation split like the others. `seed` makes it
+  deterministic: pass `problem_seed(run_seed, problem_key)` so a problem's result depends on neither the process
+  nor the order problems are read in.
 
 A rule whose vote finds no answer at all falls back to best-of-n (majority: to the first candidate, as ever).
 """
@@ -117,13 +118,15 @@ def majority_of_bests(scores: Scores, answers: Answers, truncated: Cut, *, mob_r
     size = max(1, round(mob_fraction * count))
     place = {index: rank for rank, index in enumerate(rank_order(scores, truncated))}
     generator = random.Random(seed)
-    # The best of a resample is its candidate ranked highest overall: rank_order restricted to a subset.
-    picks = [min((generator.randrange(count) for _ in range(size)), key=place.__getitem__)
-             for _ in range(mob_resamples)]
-    winners = vote([answers[i] for i in picks])
-    if not winners:
+    picked = [0] * count  # how often each candidate was the best of a resample
+    for _ in range(mob_resamples):
+        # The best of a resample is its candidate ranked highest overall: rank_order restricted to a subset.
+        picked[min(generator.choices(range(count), k=size), key=place.__getitem__)] += 1
+    # Picks vote with their counts, so each candidate's answer is made canonical once, not once per resample.
+    winners = vote(answers, weights=picked)
+    if not winners or not any(picked[i] for i in winners[0]):
         return best_of_n(scores, answers, truncated)
-    return min((picks[i] for i in winners[0]), key=place.__getitem__)
+    return min((i for i in winners[0] if picked[i]), key=place.__getitem__)
 
 
 def problem_seed(seed: int, key) -> int:
