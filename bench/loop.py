@@ -5,11 +5,11 @@ a PRM on each label source (mc, omega, the exact labels, and the generator's inj
 held-out steps; the exact-label PRM re-chooses among the same samples. Prints the final tables and writes
 bench/results/loop.json.
 
-    python bench/loop.py                      # from the cached policy (built first if missing: bench/lifecycle/policy.py)
-    python bench/loop.py --work /tmp/loop     # every stage's files there; run it again after a kill to continue
+    python bench/loop.py                    # the cached policy (built first if missing: bench/lifecycle/policy.py)
+    python bench/loop.py --work /tmp/loop   # every stage's files there; run it again after a kill to continue
 
 Each stage is skipped when its output is complete and continued where it stopped otherwise (label and search
-append and resume; training resumes from its last checkpoint). Generation runs on the vLLM backend from .venv-vllm
+append and resume; training resumes from its last checkpoint); a continued stage's seconds count every attempt. Generation runs on the vLLM backend from .venv-vllm
 when that environment exists (scripts/setup_vllm.sh), else on the transformers backend.
 """
 
@@ -21,9 +21,12 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +81,7 @@ class Loop:
         self.work.mkdir(parents=True, exist_ok=True)
         self.state_path = self.work / "state.json"
         self.state = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {"stages": {}}
+        self.state_lock = threading.Lock()  # the stage clock's thread saves the state too
         vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
         use_vllm = args.backend == "vllm" or (args.backend == "auto" and vllm_python.is_file())
         self.backend = "vllm" if use_vllm else "transformers"
@@ -87,23 +91,58 @@ class Loop:
             (["--gpu-memory-utilization", "0.2"] if use_vllm else ["--generation-batch-size", "32"])
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
+    HEARTBEAT_SECONDS = 30.0  # how often a running stage saves its time so far: a hard kill loses at most this
+
     def stage(self, name: str, run) -> dict:
+        """Run a stage unless it is done. Its seconds are those of every attempt: an attempt that stops (an error,
+        Ctrl-C, SIGTERM) saves its time as seconds_before_resume, and a running one saves it every
+        HEARTBEAT_SECONDS, which is what a SIGKILL leaves; the next attempt adds its own."""
         done = self.state["stages"].get(name)
         if done and done.get("done"):
             print(f"== {name}: done before ({done['seconds']:.0f} s)", flush=True)
             if name == self.args.stop_after:
                 raise StopAfter(name)
             return done
-        print(f"== {name}", flush=True)
+        before = (done or {}).get("seconds_before_resume", 0.0)
+        print(f"== {name}" + (f" (continuing; {before:.0f} s before)" if before else ""), flush=True)
         started = time.perf_counter()
-        result = run() or {}
-        spent = (done or {}).get("seconds_before_resume", 0.0) + time.perf_counter() - started
-        self.state["stages"][name] = {"done": True, "seconds": round(spent, 1), **result}
-        write_json_atomic(self.state_path, self.state)
-        print(f"== {name}: {spent:.0f} s", flush=True)
+
+        def spent() -> float:
+            return before + time.perf_counter() - started
+
+        with self.stage_clock(name, spent):
+            result = run() or {}
+        self.save_stage(name, {"done": True, "seconds": round(spent(), 1), **result})
+        print(f"== {name}: {spent():.0f} s", flush=True)
         if name == self.args.stop_after:
             raise StopAfter(name)
         return self.state["stages"][name]
+
+    def save_stage(self, name: str, entry: dict) -> None:
+        with self.state_lock:
+            self.state["stages"][name] = entry
+            write_json_atomic(self.state_path, self.state)
+
+    @contextmanager
+    def stage_clock(self, name: str, spent):
+        """Save the running stage's time every HEARTBEAT_SECONDS, and once more if it stops with an exception."""
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(self.HEARTBEAT_SECONDS):
+                self.save_stage(name, {"done": False, "seconds_before_resume": round(spent(), 1)})
+
+        heart = threading.Thread(target=beat, name=f"loop-{name}-clock", daemon=True)
+        heart.start()
+        try:
+            yield
+        except BaseException:
+            stop.set()
+            heart.join()
+            self.save_stage(name, {"done": False, "seconds_before_resume": round(spent(), 1)})
+            raise
+        stop.set()
+        heart.join()
 
     def prmkit(self, python: str, *argv: str) -> None:
         command = [python, "-m", "prmkit", *argv]
@@ -308,4 +347,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    # SIGTERM (kill, a scheduler's stop) unwinds like Ctrl-C: the running stage saves its time, its child stops
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     main()
