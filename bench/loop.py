@@ -9,8 +9,9 @@ bench/results/loop.json.
     python bench/loop.py --work /tmp/loop   # every stage's files there; run it again after a kill to continue
 
 Each stage is skipped when its output is complete and continued where it stopped otherwise (label and search
-append and resume; training resumes from its last checkpoint); a continued stage's seconds count every attempt. Generation runs on the vLLM backend from .venv-vllm
-when that environment exists (scripts/setup_vllm.sh), else on the transformers backend.
+append and resume; training resumes from its last checkpoint); a continued stage's seconds count every attempt.
+Generation runs on the vLLM backend from .venv-vllm when that environment exists (scripts/setup_vllm.sh), else on
+the transformers backend.
 """
 
 from __future__ import annotations
