@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from common import peak_rss_mib, untrained_scorer  # noqa: E402
+from common import peak_rss_mib, sgemm_gflops, untrained_scorer  # noqa: E402
 
 from prmkit.generation.base import Sample  # noqa: E402
 
@@ -230,6 +230,7 @@ def main() -> None:
 
     results = {}
     for name, (size, chains) in ({} if args.skip_groups else shapes).items():
+        sgemm_before = sgemm_gflops()  # the machine's matmul rate around each measurement: drift shows there
         tokenized = [scorer.tokenize(p, s) for p, s in chains]
         prompt_share = statistics.mean(len(scorer.tokenize(p, []).input_ids) / len(c.input_ids)
                                        for (p, _), c in zip(chains, tokenized))
@@ -242,7 +243,7 @@ def main() -> None:
             "chains_per_s_on": len(chains) / statistics.median(times["on"]),
             "max_score_difference": difference, "tokens_read_off": read["off"], "tokens_read_on": read["on"],
             "same_best_chain": best_per_group(outputs["off"], size) == best_per_group(outputs["on"], size),
-            "seconds": times}
+            "seconds": times, "sgemm_gflops": [sgemm_before, sgemm_gflops()]}
         results[name]["speedup"] = results[name]["chains_per_s_on"] / results[name]["chains_per_s_off"]
         print(f"{name}: {results[name]['chains_per_s_off']:.2f} -> {results[name]['chains_per_s_on']:.2f} chains/s "
               f"({results[name]['speedup']:.2f}x), max score difference {difference:.1e}, "
@@ -251,7 +252,9 @@ def main() -> None:
     problems = [row["question"] for row in rows[:args.search_problems]]
     for method in () if args.skip_searches else ("beam", "dvts"):
         name = f"{method}_search_8_rounds"
+        sgemm_before = sgemm_gflops()
         results[name] = found = measure_search(scorer, method, problems, lines, args.repeats, args.tight_mb, tokens)
+        found["sgemm_gflops"] = [sgemm_before, sgemm_gflops()]
         print(f"{name}: PRM seconds " + ", ".join(f"{v} {s:.1f}" for v, s in found["prm_seconds"].items()) +
               f"; tokens {found['tokens_read']}; kept peak {found['kept_peak_mib']} MiB; same choices "
               f"{found['same_choices']}, max score difference {found['max_score_difference']}", flush=True)

@@ -3,7 +3,7 @@ and the lifecycle's stage times, each rendered from its results file (see bench/
 
 from __future__ import annotations
 
-from render_kit import load, ratio, table
+from render_kit import load, ratio, spread, table
 
 
 def rl_grpo_table() -> str:
@@ -64,9 +64,12 @@ OPTIMIZERS = {"foreach": "`adamw_torch` (foreach)", "fused": "**`adamw_torch_fus
 
 def optimizer_table() -> str:
     results = {r["variant"]: r for r in load("optimizer")["results"]}
-    rows = [[label, f"{results[key]['optimizer_step_s']:.2f} s", f"{results[key]['peak_rss_gb']:.2f} GiB"]
-            for key, label in OPTIMIZERS.items()]
-    return table(["AdamW (3 steps, 4 x 256 tokens, one thread, fresh process each, one run)", "optimizer step",
+    rows = []
+    for key, label in OPTIMIZERS.items():
+        r = results[key]
+        steps = [run["optimizer_step_s"] for run in r.get("runs", [r])]
+        rows.append([label, spread(steps, 2), f"{r['peak_rss_gb']:.2f} GiB"])
+    return table(["AdamW (3 steps, 4 x 256 tokens, one thread, fresh process each)", "optimizer step s, median (min-max)",
                   "peak RSS"], rows)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from common import untrained_scorer  # noqa: E402
+from common import sgemm_gflops, untrained_scorer  # noqa: E402
 
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.scoring.scorer import PRMScorer  # noqa: E402
@@ -75,7 +75,9 @@ def main() -> None:
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     outputs = {}
+    sgemm = []  # the machine's matmul rate before each round: a slow spell of the shared machine shows there
     for repeat in range(args.repeats):
+        sgemm.append(sgemm_gflops())
         for name, fn in variants.items():
             seconds, outputs[name] = timed(fn)
             times[name].append(seconds)
@@ -91,7 +93,8 @@ def main() -> None:
     summary["compile_warm_up_s"] = warm_up_s
     summary["max_score_difference"] = max_diff
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "seconds": times}, indent=2))
+    Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "seconds": times,
+                                          "sgemm_gflops": sgemm}, indent=2))
     print(json.dumps(summary, indent=2))
 
 

@@ -9,7 +9,7 @@ on the same machine would. The untrained head does not change the cost, and the 
 Besides wall-clock rates it reports CPU seconds per chain (server and client processes together for the server),
 which other work on a shared machine disturbs much less than wall time.
 
-    python bench/serve_throughput.py --requests 128 --clients 64 --repeats 2 --out bench/results/serve.json
+    python bench/serve_throughput.py --requests 128 --clients 64 --repeats 3 --out bench/results/serve.json
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import httpx  # noqa: E402
 import torch  # noqa: E402
-from common import backbone_path  # noqa: E402
+from common import backbone_path, sgemm_gflops  # noqa: E402
 
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.model import PRMMetadata, load_token_classifier, load_tokenizer  # noqa: E402
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64, help="concurrent clients")
     parser.add_argument("--steps", type=int, default=4, help="steps per chain")
     parser.add_argument("--batch-size", type=int, default=16, help="chains per forward pass (both sides)")
-    parser.add_argument("--repeats", type=int, default=2, help="rounds of the three variants; medians reported")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the three variants; medians reported")
     parser.add_argument("--single-chains", type=int, default=32,
                         help="chains scored one at a time per round (the slowest variant; its rate is per chain)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
@@ -158,6 +158,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {"server": [], "in_process": [], "one_at_a_time": []}
     cpu_per_chain: dict[str, list[float]] = {name: [] for name in rates}
     latencies: list[float] = []
+    sgemm = []  # the machine's matmul rate before each round
     loads = []  # other work on this shared machine skews wall-clock numbers: the 1-minute load before each round
     child, url = start_server(args)
     try:
@@ -167,6 +168,7 @@ def main() -> None:
         # Rounds alternate the variants, so a burst of other work on the machine hits all of them alike.
         for _ in range(args.repeats):
             loads.append(os.getloadavg()[0])
+            sgemm.append(sgemm_gflops())
             wall, cpu, (_, round_latencies, served) = measured(
                 lambda: asyncio.run(drive(url, chains, args.clients)), (child.pid,))
             latencies += round_latencies
@@ -195,7 +197,7 @@ def main() -> None:
         "latency_p50_s": percentile(latencies, 0.5), "latency_p99_s": percentile(latencies, 0.99),
         "mean_batch_chains": (after[0] - before[0]) / max(1.0, after[1] - before[1]),
         "max_score_difference": max(abs(a - b) for x, y in zip(served, reference) for a, b in zip(x, y)),
-        "load_average_before_each_round": loads,
+        "load_average_before_each_round": loads, "sgemm_gflops_before_each_round": sgemm,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "rates": rates,
