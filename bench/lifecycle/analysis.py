@@ -4,11 +4,11 @@ again under another PRM's scores, and paired bootstrap intervals between two cho
 
 from __future__ import annotations
 
-import random
 from typing import Callable, Iterable
 
 from lifecycle.exact import exact_labels
 from lifecycle.problems import gold_values
+from prmkit.evaluation import metrics
 from prmkit.search.report import choose_entry
 
 
@@ -88,41 +88,27 @@ def outcomes(rows: list[dict], method: str, n: int) -> list[int]:
 
 
 def within_problem_auroc(rows: list[dict], n: int | None = None) -> dict:
-    """How often the PRM's aggregate puts a right sample above a wrong one of the same problem (ties half), over
-    every such pair among the first n samples: what best-of-N needs from a PRM, free of how hard each problem is
-    (a chain AUROC over all problems also rewards knowing which problems are hard). Also the share of distinct
-    texts among right and among wrong samples: right samples tend to be copies of one chain, wrong ones differ."""
-    pairs = wins = 0.0
+    """prmkit eval's within-problem AUROC (`prmkit.evaluation.metrics.within_problem_auroc`: how often the PRM's
+    aggregate puts a right sample above a wrong one of the same problem, ties half; `auroc` the mean over problems,
+    `auroc_pooled` over pairs) of the first n samples of each row. Also the share of distinct texts among right
+    and among wrong samples: right samples tend to be copies of one chain, wrong ones differ."""
+    groups = [([s["score"] for s in row["samples"][:n]], [bool(s["correct"]) for s in row["samples"][:n]])
+              for row in rows]
     distinct = {"right": [], "wrong": []}
     for row in rows:
-        samples = row["samples"][:n]
-        right = [s for s in samples if s["correct"]]
-        wrong = [s for s in samples if not s["correct"]]
-        for name, group in (("right", right), ("wrong", wrong)):
-            if group:
-                distinct[name].append(len({s["solution"] for s in group}) / len(group))
-        for a in right:
-            for b in wrong:
-                if a["score"] is None or b["score"] is None:
-                    continue
-                pairs += 1
-                wins += 1.0 if a["score"] > b["score"] else 0.5 if a["score"] == b["score"] else 0.0
-    return {"auroc": wins / pairs if pairs else None, "pairs": int(pairs),
+        for name, wanted in (("right", True), ("wrong", False)):
+            texts = [s["solution"] for s in row["samples"][:n] if bool(s["correct"]) == wanted]
+            if texts:
+                distinct[name].append(len(set(texts)) / len(texts))
+    return {**metrics.within_problem_auroc(groups),
             **{f"distinct_{k}": sum(v) / len(v) if v else None for k, v in distinct.items()}}
 
 
-def paired_bootstrap(a: Iterable[int], b: Iterable[int], *, iterations: int = 10_000, seed: int = 0) -> dict:
-    """Mean of a - b over problems with a 95% percentile interval, resampling problems (the pairs) together."""
-    diffs = [x - y for x, y in zip(a, b, strict=True)]
-    n = len(diffs)
-    rng = random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(iterations))
-    return {"difference": sum(diffs) / n, "low": means[int(0.025 * iterations)],
-            "high": means[int(0.975 * iterations) - 1], "problems": n}
+def paired_bootstrap(a: Iterable[float], b: Iterable[float], *, iterations: int = 10_000, seed: int = 0) -> dict:
+    """prmkit eval's paired bootstrap over problems (`prmkit.evaluation.metrics.paired_bootstrap`)."""
+    return metrics.paired_bootstrap(list(a), list(b), iterations=iterations, seed=seed)
 
 
-def bootstrap_accuracy(a: Iterable[int], *, iterations: int = 10_000, seed: int = 0) -> dict:
-    values = list(a)
-    zeros = [0] * len(values)
-    result = paired_bootstrap(values, zeros, iterations=iterations, seed=seed)
-    return {"accuracy": result["difference"], "low": result["low"], "high": result["high"]}
+def bootstrap_accuracy(a: Iterable[float], *, iterations: int = 10_000, seed: int = 0) -> dict:
+    """prmkit eval's accuracy with a bootstrap interval over problems (`prmkit.evaluation.metrics.bootstrap_mean`)."""
+    return metrics.bootstrap_mean(list(a), iterations=iterations, seed=seed)

@@ -92,6 +92,19 @@ def test_within_problem_auroc_counts_right_over_wrong_pairs_of_one_problem_only(
         {"samples": [sample("e", True, 0.9), sample("f", False, None)]},
     ]
     result = within_problem_auroc(rows)
-    assert result["pairs"] == 4 and result["auroc"] == (1 + 1 + 0.5 + 0.5) / 4
+    assert result["pairs"] == 4 and result["auroc"] == result["auroc_pooled"] == (1 + 1 + 0.5 + 0.5) / 4
+    assert (result["problems"], result["one_sided"]) == (1, 2)  # the product's counts (prmkit eval's)
     assert result["distinct_right"] == (0.5 + 1 + 1) / 3 and result["distinct_wrong"] == 1.0
     assert within_problem_auroc(rows, n=1)["pairs"] == 0 and within_problem_auroc(rows, n=1)["auroc"] is None
+
+
+def test_bench_intervals_are_prmkit_evals():
+    from lifecycle.analysis import bootstrap_accuracy, paired_bootstrap
+
+    from prmkit.evaluation import metrics
+
+    a, b = [1, 1, 0, 1, 0, 1], [0, 1, 0, 0, 0, 1]
+    assert paired_bootstrap(iter(a), b, seed=2) == metrics.paired_bootstrap(a, b, seed=2)
+    accuracy = bootstrap_accuracy(a)
+    assert accuracy["accuracy"] == 4 / 6 and accuracy["low"] <= 4 / 6 <= accuracy["high"]
+    assert accuracy == metrics.bootstrap_mean(a)
