@@ -128,9 +128,11 @@ def test_majority_of_bests_is_fixed_by_its_seed_across_processes():
     the bootstrap is Python's seeded Mersenne Twister."""
     assert problem_seed(0, 3) == 327711415
     scores, answers = [0.6, 0.5, 0.4, 0.3], ["1", "2", "2", "1"]
-    here = [majority_of_bests(scores, answers, [False] * 4, mob_resamples=7, seed=s) for s in range(20)]
+    here = [majority_of_bests(scores, answers, [False] * 4, mob_resamples=7, mob_fraction=0.5, seed=s)
+            for s in range(20)]
     code = ("from prmkit.evaluation.selection import majority_of_bests as m; "
-            f"print([m({scores}, {answers}, [False] * 4, mob_resamples=7, seed=s) for s in range(20)])")
+            f"print([m({scores}, {answers}, [False] * 4, mob_resamples=7, mob_fraction=0.5, seed=s) "
+            "for s in range(20)])")
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert there.strip() == str(here)
     assert len(set(here)) > 1  # seven resamples are few enough that seeds disagree: the seed is really used

@@ -1,7 +1,8 @@
 """How one candidate is chosen among a problem's N scored candidates: the selection rules that `prmkit search` and
 `prmkit eval` share. Pure and deterministic; no model, no file.
 
-Every rule is `rule(scores, answers, truncated, **settings) -> index`, over one problem's candidates:
+Every rule is `rule(scores, answers, truncated, **settings) -> index`, over one problem's candidates (the settings'
+defaults live in SETTINGS only; `select` fills them in):
 - `scores`: each candidate's chain score (the aggregate of its step scores); None or NaN when nothing was scored;
 - `answers`: each candidate's final answer as written (None: no answer); grouped by `prmkit.answers.vote`, so
   "1,000" and "1000" are one answer;
@@ -89,7 +90,7 @@ def softmax_weights(scores: Scores, truncated: Cut, vote_temperature: float) -> 
     return [math.exp(((e if e is not None else floor) - top) / vote_temperature) for e in effective]
 
 
-def softmax_weighted(scores: Scores, answers: Answers, truncated: Cut, *, vote_temperature: float = 0.1) -> int:
+def softmax_weighted(scores: Scores, answers: Answers, truncated: Cut, *, vote_temperature: float) -> int:
     if vote_temperature < 0 or math.isnan(vote_temperature):
         raise ValueError(f"vote_temperature={vote_temperature}; use 0 (best-of-n), a positive number, or inf "
                          "(majority)")
@@ -99,7 +100,7 @@ def softmax_weighted(scores: Scores, answers: Answers, truncated: Cut, *, vote_t
     return _represent(winners[0], scores, truncated) if winners else best_of_n(scores, answers, truncated)
 
 
-def filtered_majority(scores: Scores, answers: Answers, truncated: Cut, *, keep_fraction: float = 0.5) -> int:
+def filtered_majority(scores: Scores, answers: Answers, truncated: Cut, *, keep_fraction: float) -> int:
     if not 0 < keep_fraction <= 1:
         raise ValueError(f"keep_fraction={keep_fraction}; use a share of candidates in (0, 1], e.g. 0.5")
     order = rank_order(scores, truncated)
@@ -108,8 +109,8 @@ def filtered_majority(scores: Scores, answers: Answers, truncated: Cut, *, keep_
     return kept[winners[0][0]] if winners else order[0]
 
 
-def majority_of_bests(scores: Scores, answers: Answers, truncated: Cut, *, mob_resamples: int = 200,
-                      mob_fraction: float = 0.5, seed: int = 0) -> int:
+def majority_of_bests(scores: Scores, answers: Answers, truncated: Cut, *, mob_resamples: int,
+                      mob_fraction: float, seed: int) -> int:
     if mob_resamples < 1:
         raise ValueError(f"mob_resamples={mob_resamples}; use 1 or more bootstrap resamples, e.g. 200")
     if not 0 < mob_fraction <= 1:
