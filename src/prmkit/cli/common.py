@@ -15,8 +15,8 @@ ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
 
 def quiet_transformers() -> None:
     """Keep loader chatter off screen: transformers' load reports (e.g. 'score.weight newly initialized', which is
-    expected here), its weight-loading bar, and deprecation notices peft and transformers trigger in every run. The
-    Trainer's own progress bar stays."""
+    expected here), its weight-loading bar, and deprecation notices peft and transformers trigger in every run.
+    Training's progress (prmkit.training.progress) is shown whatever transformers' verbosity."""
     import warnings
 
     from transformers.utils import logging
