@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,13 +34,27 @@ def regions(text: str) -> list[str]:
     return [match["name"] for match in REGION.finditer(text)]
 
 
+def wrapped(body: str, width: int = 118) -> str:
+    """A rendered verdict's lines wrapped like the prose around them (bullets with a hanging indent); tables as
+    they are."""
+    lines = []
+    for line in body.rstrip("\n").splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        else:
+            indent = "  " if line.startswith("- ") else ""
+            lines += textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False)
+    return "\n".join(lines)
+
+
 def render(text: str) -> str:
     """TEXT with every region's body replaced by what its renderer writes now."""
     unknown = sorted(set(regions(text)) - set(RENDERERS))
     if unknown:
         raise ValueError(f"BENCHMARKS.md has regions with no renderer: {', '.join(unknown)}; "
                          f"add them to render_speed.py, render_quality.py or render_more.py, or remove the markers")
-    return REGION.sub(lambda m: m.group(1) + RENDERERS[m["name"]]().rstrip("\n") + "\n" + m.group(4), text)
+    return REGION.sub(lambda m: m.group(1) + wrapped(RENDERERS[m["name"]]()) + "\n" + m.group(4), text)
 
 
 def stale(text: str) -> list[str]:

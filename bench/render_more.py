@@ -69,8 +69,8 @@ def optimizer_table() -> str:
         r = results[key]
         steps = [run["optimizer_step_s"] for run in r.get("runs", [r])]
         rows.append([label, spread(steps, 2), f"{r['peak_rss_gb']:.2f} GiB"])
-    return table(["AdamW (3 steps, 4 x 256 tokens, one thread, fresh process each)", "optimizer step s, median (min-max)",
-                  "peak RSS"], rows)
+    return table(["AdamW (3 steps, 4 x 256 tokens, one thread, fresh process each)",
+                  "optimizer step s, median (min-max)", "peak RSS"], rows)
 
 
 def probe_table() -> str:

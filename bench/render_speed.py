@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from render_kit import bold, goal, load, ratio, spread, table, verdict
+from render_kit import RESULTS, bold, goal, load, ratio, spread, table, verdict
 
 TRAIN_VARIANTS = {
     "naive_full": "naive full fine-tune",
@@ -212,24 +212,46 @@ def peer_ratio(name: str, pair: str, key: str = "rows_per_s") -> float:
     return load(name)["ratios"][pair][key]
 
 
+# The runs each peer verdict may be judged on, newest first: the interleaved run of today's peers.py once it
+# exists (bench/results/peers.json), else the latest older single run that measured the pair.
+LORA_RUNS = [("peers", "pk-lora / trl"), ("peers_packed_compiled", "pk-lora-random / trl"),
+             ("peers_compiled", "pk-lora-random / trl"), ("peers_grouping", "pk-lora-random / trl")]
+FULL_RUNS = [("peers", "pk-full / soup"), ("peers_compiled", "pk-full / soup"),
+             ("peers_fused_adamw", "pk-full-grouped / soup"), ("peers_grouping", "pk-full-grouped / soup")]
+
+
+def judged(runs: list[tuple[str, str]]) -> tuple[dict, str, list[str]]:
+    """The newest run's comparison, a note on how it was measured, and the older runs' ratios."""
+    present = [(name, pair) for name, pair in runs if (RESULTS / f"{name}.json").is_file()]
+    (name, pair), older = present[0], present[1:]
+    compared = load(name)["ratios"][pair]
+    rounds = compared.get("rows_per_s_per_round", [compared["rows_per_s"]])
+    how = (f"ratio of medians over {len(rounds)} interleaved rounds, per-round {min(rounds):.2f}-{max(rounds):.2f}x"
+           if len(rounds) > 1 else "one run each")
+    return compared, f"`{name}.json`, {how}", [ratio(load(n)["ratios"][p]["rows_per_s"]) for n, p in older]
+
+
+def peers_latest_table() -> str:
+    if not (RESULTS / "peers.json").is_file():
+        return ("Not run yet: `bench/results/peers.json` does not exist. Until it does, the verdicts below are judged "
+                "on the older single runs.")
+    return peers_table("peers")
+
+
 def peers_verdicts() -> str:
-    """The peer targets against the latest run that measured each pair (single runs: see the tables' notes)."""
-    lora = peer_ratio("peers_packed_compiled", "pk-lora-random / trl")
-    lora_rss = peer_ratio("peers_packed_compiled", "pk-lora-random / trl", "peak_rss")
-    full = peer_ratio("peers_compiled", "pk-full / soup")
-    full_rss = peer_ratio("peers_compiled", "pk-full / soup", "peak_rss")
+    """The peer targets against the newest run that measured each pair."""
+    lora, lora_how, lora_older = judged(LORA_RUNS)
+    full, full_how, full_older = judged(FULL_RUNS)
     return "\n".join([
-        f"- **LoRA speed ({goal('peer_lora_speed')} TRL): {verdict('peer_lora_speed', lora)}, {ratio(lora)}** "
-        f"(`peers_packed_compiled.json`, the latest run; the runs before it gave "
-        f"{ratio(peer_ratio('peers_compiled', 'pk-lora-random / trl'))} and "
-        f"{ratio(peer_ratio('peers_grouping', 'pk-lora-random / trl'))}).",
-        f"- **LoRA peak RSS ({goal('peer_lora_rss')} TRL): {verdict('peer_lora_rss', lora_rss)}, {ratio(lora_rss)}** "
-        "(eager; compiled below).",
-        f"- **Full fine-tune speed ({goal('peer_full_speed')} soup-cli): {verdict('peer_full_speed', full)}, "
-        f"{ratio(full)}** (`peers_compiled.json`, the latest run; `peers_fused_adamw.json` gave "
-        f"{ratio(peer_ratio('peers_fused_adamw', 'pk-full-grouped / soup'))}, a single run across drift: see below).",
-        f"- **Full fine-tune peak RSS ({goal('peer_full_rss')} soup-cli): {verdict('peer_full_rss', full_rss)}, "
-        f"{ratio(full_rss)}** (eager; compiled below)."])
+        f"- **LoRA speed ({goal('peer_lora_speed')} TRL): {verdict('peer_lora_speed', lora['rows_per_s'])}, "
+        f"{ratio(lora['rows_per_s'])}** ({lora_how}; the older runs gave {', '.join(lora_older)}).",
+        f"- **LoRA peak RSS ({goal('peer_lora_rss')} TRL): {verdict('peer_lora_rss', lora['peak_rss'])}, "
+        f"{ratio(lora['peak_rss'])}** (eager; compiled below).",
+        f"- **Full fine-tune speed ({goal('peer_full_speed')} soup-cli): "
+        f"{verdict('peer_full_speed', full['rows_per_s'])}, {ratio(full['rows_per_s'])}** ({full_how}; the older "
+        f"runs gave {', '.join(full_older)}, single runs across drift: see below).",
+        f"- **Full fine-tune peak RSS ({goal('peer_full_rss')} soup-cli): "
+        f"{verdict('peer_full_rss', full['peak_rss'])}, {ratio(full['peak_rss'])}** (eager; compiled below)."])
 
 
 def compiled_verdicts() -> str:
@@ -271,6 +293,6 @@ def compile_steps_table() -> str:
 RENDERERS = {name: globals()[name] for name in (
     "train_table", "train_verdicts", "scoring_table", "scoring_verdicts", "prefix_groups_table",
     "prefix_groups_verdict", "vllm_groups_table", "prefix_search_table", "prefix_search_verdict", "serve_table",
-    "serve_verdict", "peers_verdicts", "compiled_verdicts", "compile_steps_table")}
+    "serve_verdict", "peers_verdicts", "compiled_verdicts", "compile_steps_table", "peers_latest_table")}
 RENDERERS.update({f"{name}_table": (lambda name=name: peers_table(name)) for name in (
     "peers_grouping", "peers_fused_adamw", "peers_compiled", "peers_packed_compiled")})

@@ -5,11 +5,15 @@ A figure that is not a measurement (a target, a config value) is allowed only th
 """
 
 import bisect
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import render
+import render_kit
+import render_speed
 from render_kit import RESULTS, TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +154,28 @@ def test_no_new_unbacked_figures_in_the_other_docs(page):
     known = OTHER_DOCS_UNBACKED.get(Path(page).name, {})
     new = [entry for entry in missing if entry.split(":")[0] not in known]
     assert not new, f"{page}: figures that no results file holds:\n" + "\n".join(new)
+
+
+def test_an_interleaved_peers_run_takes_over_the_verdicts(tmp_path, monkeypatch):
+    for path in RESULTS.glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    rounds = [{"rows_per_s": rate, "peak_rss_gb": 3.0, "wall_s": 240 / rate, "sgemm_gflops": 100.0}
+              for rate in (1.3, 1.2, 1.4)]
+    trl = [dict(r, rows_per_s=1.0) for r in rounds]
+    (tmp_path / "peers.json").write_text(json.dumps({
+        "systems": {"trl": {"rows_per_s": 1.0, "peak_rss_gb": 3.0, "runs": trl},
+                    "pk-lora": {"rows_per_s": 1.3, "peak_rss_gb": 2.4, "runs": rounds}},
+        "ratios": {"pk-lora / trl": {"rows_per_s": 1.3, "rows_per_s_per_round": [1.3, 1.2, 1.4], "peak_rss": 0.8},
+                   "pk-full / soup": {"rows_per_s": 1.16, "rows_per_s_per_round": [1.16, 1.1, 1.2],
+                                      "peak_rss": 0.9}}}))
+    monkeypatch.setattr(render_kit, "RESULTS", tmp_path)
+    monkeypatch.setattr(render_speed, "RESULTS", tmp_path)
+    render_kit.load.cache_clear()
+    try:
+        verdicts = render_speed.peers_verdicts()
+        assert "TRL): met, 1.30x** (`peers.json`, ratio of medians over 3 interleaved rounds, per-round 1.20-1.40x" \
+            in verdicts
+        assert "soup-cli): met, 1.16x** (`peers.json`" in verdicts and "RSS (<= 0.9x TRL): met, 0.80x" in verdicts
+        assert "1.300 (1.200-1.400)" in render_speed.peers_latest_table()
+    finally:
+        render_kit.load.cache_clear()
