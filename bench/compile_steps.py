@@ -1,11 +1,13 @@
 """Optimizer-step times of one prmkit LoRA run, eager and compiled (`training.torch_compile`), each in its own
 process: the first step (which waits for the compilation) apart from the median of the rest, and the peak RSS.
 
-    python bench/compile_steps.py --rows ROWS.jsonl --steps 20 --out bench/results/compile_steps.json
+    python bench/compile_steps.py --rows ROWS.jsonl --steps 20 --repeats 3 --out bench/results/compile_steps.json
 
 Modes: `eager`; `regional`, what `training.torch_compile` does (the decoder layer compiled once and reused for every
 layer); `whole`, the whole model compiled as one graph (transformers' other setting, for comparison). Each compiled
 mode runs twice with its own kernel cache: emptied first (a user's first compiled run), then as that run left it.
+The modes are interleaved over `--repeats` rounds (3 by default, a fresh cache each round); each figure is the
+median over rounds with every round kept, and each process measures the machine's sgemm rate before it trains.
 SmolLM2-135M, LoRA r16 all-linear, fully random batches of 4, max_length 256, separator "\\n", as bench/peers.py
 trains it (the learning rate is prmkit's default, which does not change a step's time). ROWS is stepwise rows, e.g.
 the PRM800K rows that bench/peers.py writes (../shared/peers/prm800k_rows.py).
@@ -63,9 +65,13 @@ def run_one(mode: str, rows: str, steps: int, out_dir: str) -> dict:
         f"model.base={resolve_base('smollm2-135m')}", f"data.train={rows}", "data.max_length=256", "data.separator=\n",
         "data.val_fraction=0", "training.batch_size=4", f"training.max_steps={steps}", f"output_dir={out_dir}",
         f"run_name={mode}", "training.save_steps=100000", f"training.torch_compile={mode != 'eager'}"])
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import sgemm_gflops
+
+    sgemm = round(sgemm_gflops(), 1)
     trainer.train(config, overwrite=True)
-    return {"first_step_s": round(times[0], 2), "median_step_s": round(statistics.median(times[1:]), 3),
-            "steps_s": [round(t, 3) for t in times],
+    return {"sgemm_gflops": sgemm, "first_step_s": round(times[0], 2),
+            "median_step_s": round(statistics.median(times[1:]), 3), "steps_s": [round(t, 3) for t in times],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2, 3)}
 
 
@@ -74,6 +80,7 @@ def main() -> None:
     parser.add_argument("--rows", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--modes", default="eager,regional,whole")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of every mode (medians kept)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "compile_steps.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -83,19 +90,23 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         return
 
-    results = {}
-    for mode in args.modes.split(","):
-        cache = work / f"inductor-{mode}"
-        for cache_state in ("cold", "warm") if mode != "eager" else ("-",):
-            name = mode if mode == "eager" else f"{mode}-{cache_state}"
-            done = subprocess.run([sys.executable, __file__, "--rows", args.rows, "--steps", str(args.steps),
-                                   "--child", mode], env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)},
-                                  capture_output=True, text=True)
-            if done.returncode:
-                raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-            results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-            print(name, {k: v for k, v in results[name].items() if k != "steps_s"}, flush=True)
+    rounds: dict[str, list[dict]] = {}
+    for repeat in range(args.repeats):
+        for mode in args.modes.split(","):
+            cache = work / f"inductor-{mode}-{repeat}"
+            for cache_state in ("cold", "warm") if mode != "eager" else ("-",):
+                name = mode if mode == "eager" else f"{mode}-{cache_state}"
+                done = subprocess.run([sys.executable, __file__, "--rows", args.rows, "--steps", str(args.steps),
+                                       "--child", mode], env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)},
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+                rounds.setdefault(name, []).append(json.loads(done.stdout.strip().splitlines()[-1]))
+                print(name, {k: v for k, v in rounds[name][-1].items() if k != "steps_s"}, flush=True)
     shutil.rmtree(work, ignore_errors=True)
+    results = {name: {key: statistics.median(r[key] for r in found) for key in
+                      ("first_step_s", "median_step_s", "peak_rss_gib", "sgemm_gflops")} | {"rounds": found}
+               for name, found in rounds.items()}
     eager = results.get("eager", {}).get("median_step_s")
     for found in results.values():
         if eager:
