@@ -26,12 +26,7 @@ CITED = re.compile(r"([\w.-]+)\.json")
 SCALES = {"%": (100, 1), " GiB": (1, 1 / 1024), " GB": (1, 1 / 1024), " min": (1 / 60, 1), " M": (1e-6,)}
 
 ALLOWED = {
-    "0.5": "a threshold and a label boundary (a soft label under 0.5 counts as wrong), not a measurement",
-    "0.8": "the sampling temperature (config)",
     "0.05": "lora.dropout's old default (config)",
-    "0.2": "vLLM's gpu_memory_utilization (config)",
-    "0.1": "soup-cli's data.val_split (config)",
-    "2.5": "the Qwen2.5 model family's name",
     "3.11": "a Python version",
 }
 
