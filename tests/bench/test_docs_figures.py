@@ -27,6 +27,7 @@ SCALES = {"%": (100, 1), " GiB": (1, 1 / 1024), " GB": (1, 1 / 1024), " min": (1
 
 ALLOWED = {
     "0.05": "lora.dropout's old default (config)",
+    "0.8": "the sampling temperature (config)",
     "3.11": "a Python version",
 }
 
