@@ -103,6 +103,10 @@ def test_validation_reports_within_problem_auroc_keeps_the_best_checkpoint_and_r
     assert resumed["summary"].optimizer_steps == 3 and resumed["summary"].resumed_from.endswith("checkpoint-2")
     step3 = [entry for entry in train_logs(resumed["log"]) if entry["step"] == 3]
     assert len(step3) == 1 and step3[0]["ranking_loss"] > 0
+    # the ranking settings change what a run learns: a resume keeps them
+    changed = [*settings[:1], "loss.ranking_weight=1.0", *settings[2:]]
+    with pytest.raises(PRMError, match="loss.ranking_weight is 1.0, the run started with 0.5"):
+        run(tiny_llama, tmp_path, "training.max_steps=4", "training.resume=latest", *changed)
 
 
 def test_training_data_without_a_right_and_a_wrong_sample_of_one_prompt_is_refused(tiny_llama, tmp_path):
@@ -112,6 +116,17 @@ def test_training_data_without_a_right_and_a_wrong_sample_of_one_prompt_is_refus
     message = str(err.value)
     assert f"{tmp_path / 'train.jsonl'}: loss.ranking_weight=0.5" in message
     assert "none of its 8 prompts has both a right and a wrong sample" in message
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made
+
+
+def test_pairs_that_max_length_cuts_do_not_count(tiny_llama, tmp_path):
+    rows = sibling_records(2, 1, 1)
+    for row in rows[1::2]:  # every wrong sample gets a long step after its first
+        row["completions"].insert(1, " ".join(["Step 1: 7 - 2 = 5."] * 20))
+        row["labels"].insert(1, 0)
+    write_jsonl(rows, tmp_path / "train.jsonl")
+    with pytest.raises(PRMError, match="none of its 2 prompts has both a right and a wrong sample that fits"):
+        run(tiny_llama, tmp_path, "training.max_steps=1", "loss.ranking_weight=0.5")
 
 
 def test_a_within_problem_best_metric_needs_validation_prompts_with_both_outcomes(tiny_llama, tmp_path):
@@ -120,6 +135,10 @@ def test_a_within_problem_best_metric_needs_validation_prompts_with_both_outcome
     with pytest.raises(PRMError, match="training.best_metric=within_problem_auroc, but no prompt of the validation"):
         run(tiny_llama, tmp_path, "training.max_steps=1", f"data.val={tmp_path / 'val.jsonl'}",
             "training.eval_steps=1", "training.best_metric=within_problem_auroc")
+    # a validation fraction too small to hold out a single problem leaves nothing to pick by
+    with pytest.raises(PRMError, match=r"training.best_metric=loss, but there are no validation rows .*val_fraction"):
+        run(tiny_llama, tmp_path, "training.max_steps=1", "data.val_fraction=0.01", "training.eval_steps=1",
+            "training.best_metric=loss")
 
 
 def test_two_processes_train_like_one_process_accumulating_the_same_batches(tiny_llama, tmp_path):

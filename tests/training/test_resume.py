@@ -44,7 +44,6 @@ def run_copy(started, tmp_path):
     ("data.separator=' ки '", "data.separator", r"'\n\n'", "' ки '"),
     ("training.lr=1e-3", "training.lr", "0.005", "0.001"),
     ("training.batch_size=2", "training.batch_size", "4", "2"),
-    ("loss.ranking_weight=0.5", "loss.ranking_weight", "0.0", "0.5"),
 ])
 def test_resume_refuses_a_change_that_alters_the_run(tiny_llama, started, run_copy, override, key, before, after):
     original = (run_copy / "run" / "config.yaml").read_text()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from prmkit.errors import PRMError
-from prmkit.tokenize import StepCollator, TokenizedChain
+from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_records
 from prmkit.training.siblings import (
     CHAIN_CORRECT,
     GROUP_IDS,
@@ -45,11 +45,14 @@ def test_groups_follow_prompts_and_a_cut_chain_joins_no_pair():
     records = [record("A", [1.0]), record("dropped by tokenize", [1.0]), record("B", [0.0]), record("A", [0.0]),
                record("B", [1.0])]
     chains = [chain(0), chain(2), chain(3), chain(4, steps_dropped=1)]
-    siblings = sibling_groups(records, chains, "t.jsonl")
+    siblings = sibling_groups(records, "t.jsonl", chains)
     assert siblings.groups == [0, 1, 0, NO_GROUP]
     assert siblings.correct == [True, False, False, True]
     assert siblings.ranked_prompts == 1  # A has a right and a wrong; B's right chain was cut
     assert siblings.problem_groups() == [[0, 2], [1]]
+    # before tokenization every record is a whole chain
+    whole = sibling_groups(records, "t.jsonl")
+    assert whole.groups == [0, 1, 2, 0, 2] and whole.ranked_prompts == 2
 
 
 def test_data_without_a_prompt_holding_both_outcomes_is_refused_with_the_fix():
@@ -120,3 +123,10 @@ def test_batch_count_is_the_same_for_every_shuffle():
     assert len(counts) == 1
     sampler = SiblingBatchSampler(groups, correct, 5, seed=1)
     assert all(len(epoch_batches(sampler, epoch)) == len(sampler) for epoch in range(10))
+
+
+def test_tokenized_chains_name_the_record_they_came_from_past_dropped_rows(tokenizer):
+    records = [record("A", [1.0]), record("B", [None]), record("C", [0.0])]  # B has no labelled step: dropped
+    chains, stats = tokenize_records(tokenizer, records, separator="\n\n", max_length=64)
+    assert stats.rows_dropped == 1 and [c.record_index for c in chains] == [0, 2]
+    assert sibling_groups(records, "t.jsonl", chains).correct == [True, False]

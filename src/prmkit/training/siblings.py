@@ -62,16 +62,17 @@ def record_correct(record: dict, row: int, source: str) -> bool:
     return bool(labelled) and labelled[-1] >= 0.5
 
 
-def sibling_groups(records: Sequence[dict], chains, source: str) -> Siblings:
-    """The Siblings of `chains` (tokenize_records' output, which drops rows) of `records`; prompts are grouped by
-    their exact text."""
+def sibling_groups(records: Sequence[dict], source: str, chains=None) -> Siblings:
+    """The Siblings of `chains` (tokenize_records' output, which drops rows) of `records`, or of the records
+    themselves before tokenization (every chain whole); prompts are grouped by their exact text."""
     ids: dict[str, int] = {}
     groups, correct = [], []
-    for chain in chains:
-        record = records[chain.record_index]
+    for index, cut in ((c.record_index, c.steps_dropped > 0) for c in chains) if chains is not None \
+            else ((i, False) for i in range(len(records))):
+        record = records[index]
         group = ids.setdefault(record["prompt"], len(ids))
-        groups.append(group if chain.steps_dropped == 0 else NO_GROUP)
-        correct.append(record_correct(record, chain.record_index + 1, source))
+        groups.append(NO_GROUP if cut else group)
+        correct.append(record_correct(record, index + 1, source))
     return Siblings(groups, correct)
 
 

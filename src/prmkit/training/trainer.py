@@ -46,8 +46,8 @@ from prmkit.training.engine import (
 )
 from prmkit.training.head_init import init_head_from_probe, set_head
 from prmkit.training.packing import REAL_TOKENS, PackedStepCollator, check_packing_supported
-from prmkit.training.ranking import SiblingRanking
 from prmkit.training.progress import show_training_progress
+from prmkit.training.ranking import SiblingRanking
 from prmkit.training.run_folder import (
     CONFIG_FILE,
     check_free_space,
@@ -261,6 +261,10 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     set_seed(config.training.seed)
     # Data and backbone problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
+    ranking, val_source = config.loss.ranking_weight, config.data.val or f"{config.data.train} (data.val_fraction)"
+    if ranking:
+        check_rankable(sibling_groups(train_records, config.data.train), config.data.train, ranking)
+    check_best_metric(config.training.best_metric, sibling_groups(val_records, val_source), val_source)
     base_path = resolve_base(config.model.base, config.model.gguf_file)
     check_context_length(config, base_path)
     precision = resolve_precision(config.precision)
@@ -296,12 +300,11 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
     if val_records and not val_chains:  # the engine was told to evaluate, on validation rows none of which fits
         raise PRMError(f"no validation row has a labelled step within data.max_length={config.data.max_length} "
                        f"({val_stats.drop_reasons}); raise data.max_length or check the validation data")
-    ranking = config.loss.ranking_weight
-    train_siblings = sibling_groups(train_records, train_chains, config.data.train) if ranking else None
+    # checked again on the chains: max_length may cut the only pairs
+    train_siblings = sibling_groups(train_records, config.data.train, train_chains) if ranking else None
     if train_siblings is not None:
         check_rankable(train_siblings, config.data.train, ranking)
-    val_source = config.data.val or f"{config.data.train} (data.val_fraction)"
-    val_siblings = sibling_groups(val_records, val_chains, val_source) if val_chains else None
+    val_siblings = sibling_groups(val_records, val_source, val_chains) if val_chains else None
     check_best_metric(config.training.best_metric, val_siblings, val_source)
 
     if config.training.head_init == "probe" and not resume_from:  # a resumed run has its trained head

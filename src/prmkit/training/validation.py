@@ -52,13 +52,19 @@ def within_problem_metrics(loss_type: str, head: torch.Tensor, labels: torch.Ten
 
 
 def check_best_metric(best_metric: str | None, val_siblings: Siblings | None, source: str) -> None:
-    """A within-problem best metric needs validation prompts with a right and a wrong sample; without one the
-    metric is never computed and the engine would stop at the first evaluation."""
-    if best_metric not in WITHIN_PROBLEM_METRICS or (val_siblings and val_siblings.ranked_prompts):
+    """training.best_metric needs validation rows (data.val_fraction can leave none), and a within-problem metric
+    needs validation prompts with a right and a wrong sample: without one the metric is never computed and the
+    engine would stop at the first evaluation."""
+    if best_metric is None:
         return
-    raise PRMError(f"training.best_metric={best_metric}, but no prompt of the validation data ({source}) has both a "
-                   "right and a wrong sample that fits data.max_length, so the metric cannot be computed; give "
-                   "validation data with several samples per prompt, or use training.best_metric=loss or auroc")
+    if val_siblings is None or not val_siblings.groups:
+        raise PRMError(f"training.best_metric={best_metric}, but there are no validation rows ({source}); give a "
+                       "validation file (data.val), a larger data.val_fraction, or remove training.best_metric")
+    if best_metric in WITHIN_PROBLEM_METRICS and not val_siblings.ranked_prompts:
+        raise PRMError(f"training.best_metric={best_metric}, but no prompt of the validation data ({source}) has "
+                       "both a right and a wrong sample that fits data.max_length, so the metric cannot be computed; "
+                       "give validation data with several samples per prompt, or use training.best_metric=loss or "
+                       "auroc")
 
 
 def keep_head_output(logits, labels):
