@@ -50,6 +50,7 @@ def test_groups_follow_prompts_and_a_cut_chain_joins_no_pair():
     assert siblings.correct == [True, False, False, True]
     assert siblings.ranked_prompts == 1  # A has a right and a wrong; B's right chain was cut
     assert siblings.problem_groups() == [[0, 2], [1]]
+    assert siblings.prompts == 2
     # before tokenization every record is a whole chain
     whole = sibling_groups(records, "t.jsonl")
     assert whole.groups == [0, 1, 2, 0, 2] and whole.ranked_prompts == 2
@@ -57,7 +58,7 @@ def test_groups_follow_prompts_and_a_cut_chain_joins_no_pair():
 
 def test_data_without_a_prompt_holding_both_outcomes_is_refused_with_the_fix():
     with pytest.raises(PRMError) as err:
-        check_rankable(Siblings(groups=[0, 1, 1], correct=[True, False, False]), "t.jsonl", 0.5)
+        check_rankable(Siblings(groups=[0, 1, 1], correct=[True, False, False], prompts=2), "t.jsonl", 0.5)
     message = str(err.value)
     assert message.startswith("t.jsonl: loss.ranking_weight=0.5") and "none of its 2 prompts" in message
     assert "set loss.ranking_weight=0" in message

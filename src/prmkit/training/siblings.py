@@ -30,6 +30,7 @@ class Siblings:
     max_length cut (a ranking must never reward or punish steps the PRM did not see), and whether it is right."""
     groups: list[int]
     correct: list[bool]
+    prompts: int = 0  # distinct prompts, cut chains' included
 
     @property
     def ranked_prompts(self) -> int:
@@ -67,21 +68,24 @@ def sibling_groups(records: Sequence[dict], source: str, chains=None) -> Sibling
     themselves before tokenization (every chain whole); prompts are grouped by their exact text."""
     ids: dict[str, int] = {}
     groups, correct = [], []
-    for index, cut in ((c.record_index, c.steps_dropped > 0) for c in chains) if chains is not None \
-            else ((i, False) for i in range(len(records))):
+    if chains is None:
+        entries = [(index, False) for index in range(len(records))]
+    else:
+        entries = [(chain.record_index, chain.steps_dropped > 0) for chain in chains]
+    for index, cut in entries:
         record = records[index]
         group = ids.setdefault(record["prompt"], len(ids))
         groups.append(NO_GROUP if cut else group)
         correct.append(record_correct(record, index + 1, source))
-    return Siblings(groups, correct)
+    return Siblings(groups, correct, prompts=len(ids))
 
 
 def check_rankable(siblings: Siblings, source: str, weight: float) -> None:
+    """Refuse a ranking term that would find no pair in the training data."""
     if siblings.ranked_prompts:
         return
-    prompts = len(set(siblings.groups) - {NO_GROUP})
     raise PRMError(f"{source}: loss.ranking_weight={weight} ranks right above wrong samples of the same prompt, but "
-                   f"none of its {prompts} prompts has both a right and a wrong sample that fits data.max_length "
+                   f"none of its {siblings.prompts} prompts has both a right and a wrong sample that fits data.max_length "
                    "(right: `\"correct\": true`, else the last labelled step labelled right). Give several samples "
                    "per prompt, raise data.max_length, or set loss.ranking_weight=0")
 
