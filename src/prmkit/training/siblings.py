@@ -85,9 +85,9 @@ def check_rankable(siblings: Siblings, source: str, weight: float) -> None:
     if siblings.ranked_prompts:
         return
     raise PRMError(f"{source}: loss.ranking_weight={weight} ranks right above wrong samples of the same prompt, but "
-                   f"none of its {siblings.prompts} prompts has both a right and a wrong sample that fits data.max_length "
-                   "(right: `\"correct\": true`, else the last labelled step labelled right). Give several samples "
-                   "per prompt, raise data.max_length, or set loss.ranking_weight=0")
+                   f"none of its {siblings.prompts} prompts has both a right and a wrong sample that fits "
+                   "data.max_length (right: `\"correct\": true`, else the last labelled step labelled right). Give "
+                   "several samples per prompt, raise data.max_length, or set loss.ranking_weight=0")
 
 
 class SiblingBatchSampler:
