@@ -51,11 +51,12 @@ def console(*, stderr: bool = False, file: IO[str] | None = None) -> CommandCons
 
 @contextmanager
 def progress_bar(enabled: bool, description: str, *, total: float | None = None, unit: str | None = None,
-                 extra: str | None = None, **fields) -> Iterator[Callable[..., None]]:
+                 extra: str | None = None, transient: bool = False, **fields) -> Iterator[Callable[..., None]]:
     """`with progress_bar(...) as update: update(completed=..., advance=..., total=..., field=...)`: a rich bar on
     stderr (stdout stays the command's output), or an update that does nothing when not `enabled` (not a terminal,
     or not rank 0). With a `unit` it counts done of total ("3/8 problems"), else it shows a percentage (`total` in
-    bytes, say). `extra` is a rich column template over the task's `fields` ("{task.fields[rows]} rows")."""
+    bytes, say). `extra` is a rich column template over the task's `fields` ("{task.fields[rows]} rows"). A `transient`
+    bar is erased when it closes."""
     if not enabled:
         yield lambda **changes: None
         return
@@ -75,7 +76,7 @@ def progress_bar(enabled: bool, description: str, *, total: float | None = None,
     if extra:
         columns.append(TextColumn(extra))
     columns.append(TimeRemainingColumn())
-    bar = Progress(*columns, console=console(stderr=True))
+    bar = Progress(*columns, console=console(stderr=True), transient=transient)
     task = bar.add_task(description, total=total, **fields)
     with bar:
         yield lambda **changes: bar.update(task, **changes)

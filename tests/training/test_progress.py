@@ -67,12 +67,26 @@ def test_piped_to_a_log_each_logging_step_and_evaluation_is_one_line_with_the_lo
 def test_on_a_terminal_a_bar_shows_steps_done_and_the_latest_loss_and_learning_rate(
         tiny_llama, tmp_path, capsys, monkeypatch, no_loading_bars):
     monkeypatch.setattr(trainer_module, "show_training_progress", partial(show_training_progress, interactive=True))
-    run_dir = train_tiny_run(tiny_llama, tmp_path)
+    run_dir = train_tiny_run(tiny_llama, tmp_path, "data.val_fraction=0.25", "training.eval_steps=1")
     err = capsys.readouterr().err
     last_loss = [entry["loss"] for entry in logged(run_dir) if "loss" in entry][-1]
-    assert "training" in err and "2/2 steps" in err and f"loss {last_loss:.4g}  lr 2.5e-03" in err
+    # off a terminal rich draws the bar once, as it was when it closed
+    assert re.search(rf"training +━+ 2/2 steps  loss {last_loss:.4g}  lr 2.5e-03 ", err)
     assert "{'loss'" not in err and "it/s]" not in err  # neither the engine's dicts nor its tqdm bar
     assert not STEP_LINE.search(err) and "trained to step" not in err  # the bar replaces the log lines
+    # evaluation results are lines above the bar: one on the eval_steps grid, one for the final model
+    assert [line.split("  ")[0] for line in err.splitlines() if line.startswith("eval")] == [
+        "eval at step 1/2", "eval at step 2/2"]
+
+
+def test_while_training_evaluates_the_bar_counts_its_batches(tmp_path, capsys):
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    progress, state = TrainingProgress(interactive=True), TrainerState(max_steps=10, global_step=4)
+    progress.on_train_begin(args, state, TrainerControl())
+    for _ in range(2):
+        progress.on_prediction_step(args, state, TrainerControl(), eval_dataloader=[[0], [1], [2]])
+    progress.on_train_end(args, state, TrainerControl())
+    assert re.match(r"evaluating 2/3 ━+ +4/10 steps  loss -", capsys.readouterr().err)
 
 
 def test_only_the_main_process_prints(tmp_path, capsys):

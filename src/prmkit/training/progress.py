@@ -12,6 +12,7 @@ import time
 from contextlib import ExitStack
 
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback
+from transformers.trainer_utils import has_length
 
 from prmkit.display import format_value, progress_bar
 
@@ -36,31 +37,54 @@ def show_training_progress(trainer: Trainer, interactive: bool | None = None) ->
 
 
 class TrainingProgress(TrainerCallback):
-    """The bar or the log lines of one or more `trainer.train()` calls; every rank but the main one stays silent."""
+    """The bar or the log lines of one or more `trainer.train()` calls, and of evaluations during and after them;
+    every rank but the main one stays silent."""
 
     def __init__(self, interactive: bool | None = None):
         self.interactive = interactive
-        self.bar = ExitStack()
+        self.bars = ExitStack()  # the training bar, or an evaluation's own bar when no training bar is open
         self.update = None
+        self.evaluating = None  # the update of an evaluation's own bar
+        self.batches_evaluated = 0
         self.started = 0.0
         self.first_step = 0
+
+    def shows_bars(self) -> bool:
+        return sys.stderr.isatty() if self.interactive is None else self.interactive
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
         self.started, self.first_step = time.perf_counter(), state.global_step
-        interactive = sys.stderr.isatty() if self.interactive is None else self.interactive
-        if interactive:
-            self.update = self.bar.enter_context(progress_bar(
+        if self.shows_bars():
+            self.update = self.open_bar(progress_bar(
                 True, "training", total=state.max_steps, unit="steps", completed=state.global_step,
                 extra=" loss {task.fields[loss]}  lr {task.fields[lr]} ", loss="-", lr="-"))
-            # A run that fails leaves no callback to close the bar; it is closed at exit, so the terminal gets its
-            # cursor back.
-            atexit.register(self.close)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.update is not None:
             self.update(completed=state.global_step)
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        """Evaluation batches: in the training bar's description while it is open (one live display at a time),
+        else in a bar of their own that goes away when the evaluation ends. Nothing in a log: the result is."""
+        if not state.is_world_process_zero or not self.shows_bars() or not has_length(eval_dataloader):
+            return
+        self.batches_evaluated += 1
+        if self.update is not None:
+            self.update(description=f"evaluating {self.batches_evaluated}/{len(eval_dataloader)}")
+            return
+        if self.evaluating is None:
+            self.evaluating = self.open_bar(progress_bar(True, "evaluating", total=len(eval_dataloader),
+                                                         unit="batches", transient=True))
+        self.evaluating(completed=self.batches_evaluated)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.batches_evaluated = 0
+        if self.update is not None:
+            self.update(description="training")
+        elif self.evaluating is not None:
+            self.close()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -71,16 +95,22 @@ class TrainingProgress(TrainerCallback):
             return
         if self.update is not None and "train_runtime" in logs:  # the full bar says it; the run's summary follows
             return
-        # Under the bar, stderr is redirected above it: the line is looked up now, not when the callback was made.
+        # Under a bar, stderr is redirected above it: the stream is looked up now, not when the callback was made.
         print(self.log_line(logs, state.global_step, state.max_steps), file=sys.stderr, flush=True)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()
 
+    def open_bar(self, bar):
+        # A run that fails leaves no callback to close its bar; it is closed at exit, so the terminal gets its cursor
+        # back.
+        atexit.register(self.close)
+        return self.bars.enter_context(bar)
+
     def close(self) -> None:
         atexit.unregister(self.close)
-        self.update = None
-        self.bar.close()
+        self.update = self.evaluating = None
+        self.bars.close()
 
     def log_line(self, logs: dict, step: int, max_steps: int) -> str:
         """One log of the engine as a line: a training step, an evaluation, or the end of training."""
