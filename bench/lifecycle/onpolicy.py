@@ -52,8 +52,8 @@ IDENTITY = ("policy", "k", "temperature", "max_new_tokens", "seed")
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default="onpolicy-work", help="folder for the samples and the training file")
-    parser.add_argument("--policy", default=None, help="policy folder (default: the cached benchmark policy, "
-                        "built first if missing: bench/lifecycle/policy.py)")
+    parser.add_argument("--policy", default=None, help="policy folder or model alias (default: the cached "
+                        "benchmark policy, built first if missing: bench/lifecycle/policy.py)")
     parser.add_argument("--problems", type=int, default=1000, help="training problems to sample")
     parser.add_argument("--k", type=int, default=8, help="sampled solutions per problem")
     parser.add_argument("--min-pass-rate", type=float, default=0.0,
@@ -204,7 +204,10 @@ def rate(rows: list[dict], k: int, project: int) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     work = Path(args.work).resolve()
-    policy = str(Path(args.policy).resolve()) if args.policy else str(build_policy(PolicyRecipe()))
+    if args.policy is None:
+        policy = str(build_policy(PolicyRecipe()))
+    else:  # a folder, or an alias of prmkit's (smollm2-135m: the untrained base, to measure the sampling rate)
+        policy = str(Path(args.policy).resolve()) if Path(args.policy).exists() else args.policy
     backend = "vllm" if args.backend == "vllm" or (args.backend == "auto" and importlib.util.find_spec("vllm")) \
         else "transformers"
     problems = onpolicy_problems(args.problems, PolicyRecipe().chains)
