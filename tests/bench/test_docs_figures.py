@@ -36,8 +36,6 @@ ALLOWED = {
 OTHER_DOCS_UNBACKED = {
     "README.md": {"3.10": "a Python version", "2.010": "an illustration of bf16 rounding (logits that tie)",
                   "2.014": "the same illustration", "2.0156": "the same illustration"},
-    "benchmark-notes.md": {"0.94": "a median score of a public PRM on the policy's steps, from a run with no results "
-                                   "file: to be backed or removed by that page's owner"},
     "scoring.md": {"2501.07301": "an arXiv identifier", "82.4": "a published figure of another paper",
                    "77.6": "a published figure of another paper", "73.5": "a published figure of another paper"},
     "serving.md": {"3.12": "a Python version"},
