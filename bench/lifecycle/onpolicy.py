@@ -9,8 +9,9 @@ for a ranking loss between the right and wrong chains of one problem (`group`).
 Sampling appends one line per problem to WORK/samples.jsonl a batch of problems at a time, so a killed run loses
 at most one batch: run the same command again to go on (a half-written batch is sampled again whole, with the same
 seeds, and only its missing problems are appended). WORK/prm-train.jsonl is made anew from the samples at the
-end. The results file records the sampling rate measured (problems, samples and tokens per second, summed over
-every run that wrote the samples) and the time it projects for --project problems.
+end (WORK/prm-eval.jsonl with --split validation or held_out: every sample of every problem, for prmkit eval).
+The results file records the sampling rate measured (problems, samples and tokens per second, summed over every
+run that wrote the samples) and the time it projects for --project problems.
 
 The problems come from their own seed and leave out every problem the rest of the benchmark uses (the policy's SFT
 chains, and the first BENCHMARK_SPLIT_CAP of the label, held-out, validation and scale splits), so a PRM trained
@@ -47,6 +48,9 @@ BENCHMARK_SPLIT_CAP = 1000  # problems of each other split left out: more than a
 DELIMITER = "\n\n"  # the policy's step layout (bench/lifecycle/problems.py solution_text)
 # what a samples line must share with the run continuing it: the same problems sampled the same way
 IDENTITY = ("policy", "k", "temperature", "max_new_tokens", "seed")
+# bench/loop.py's evaluation splits, at its default sizes, so that a file made here holds its problems
+EVALUATION_SPLITS = {"held_out": 200, "validation": 64}
+LOOP_LABEL_PROBLEMS = 48
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,6 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--policy", default=None, help="policy folder or model alias (default: the cached "
                         "benchmark policy, built first if missing: bench/lifecycle/policy.py)")
     parser.add_argument("--problems", type=int, default=1000, help="training problems to sample")
+    parser.add_argument("--split", choices=("onpolicy", *EVALUATION_SPLITS), default="onpolicy",
+                        help="onpolicy: training problems (kept by pass rate, with minimal pairs); validation or "
+                             "held_out: the first --problems of bench/loop.py's split of that name, every problem "
+                             "and every sample kept as drawn, no minimal pairs (an evaluation file for prmkit eval)")
     parser.add_argument("--k", type=int, default=8, help="sampled solutions per problem")
     parser.add_argument("--min-pass-rate", type=float, default=0.0,
                         help="keep a problem whose share of right samples is above this (default: %(default)s)")
@@ -86,6 +94,15 @@ def onpolicy_problems(n: int, sft_chains: int) -> list[dict]:
     others = {"sft": sft_chains, **{name: BENCHMARK_SPLIT_CAP for name in ("label", "held_out", "validation",
                                                                            "scale")}}
     return problem_rows(disjoint_splits({**others, "onpolicy": n})["onpolicy"])
+
+
+def evaluation_problems(split: str, n: int, sft_chains: int) -> list[dict]:
+    """The first n problems of bench/loop.py's split `split` (drawn at loop's default sizes, so they are its
+    problems); every one of them lies outside the training problems of `onpolicy_problems`."""
+    sizes = {"sft": sft_chains, "label": LOOP_LABEL_PROBLEMS, **EVALUATION_SPLITS}
+    if n > sizes[split]:  # a larger draw is another pool (problems.small_number_problems), not loop's problems
+        raise ValueError(f"--split {split} holds {sizes[split]} problems (bench/loop.py's); ask for at most that many")
+    return problem_rows(disjoint_splits(sizes)[split][:n])
 
 
 def judged_samples(problem: dict, samples, checker: AnswerChecker) -> list[dict]:
@@ -150,18 +167,20 @@ def sample_problems(args: argparse.Namespace, policy: str, problems: list[dict],
     return sampled
 
 
-def training_rows(rows: list[dict], min_rate: float, max_rate: float, pairs: int, seed: int) -> tuple[list, dict]:
+def training_rows(rows: list[dict], min_rate: float, max_rate: float, pairs: int, seed: int,
+                  keep_all: bool = False) -> tuple[list, dict]:
     """The PRM training records of the sampled problems whose pass rate lies strictly between the bounds: each
-    distinct sampled solution with its exact labels, and `pairs` minimal pairs of each right one; and counts."""
+    distinct sampled solution with its exact labels, and `pairs` minimal pairs of each right one; and counts.
+    keep_all: every problem and every sample (repeats included, as best-of-N draws them), for evaluation."""
     records, kept = [], 0
     for row in rows:
         rate = sum(s["correct"] for s in row["samples"]) / len(row["samples"])
-        if not min_rate < rate < max_rate:
+        if not keep_all and not min_rate < rate < max_rate:
             continue
         kept += 1
         seen = set()
         for index, sample in enumerate(row["samples"]):
-            if not sample["steps"] or tuple(sample["steps"]) in seen:
+            if not sample["steps"] or (not keep_all and tuple(sample["steps"]) in seen):
                 continue
             seen.add(tuple(sample["steps"]))
             records.append({"prompt": row["prompt"], "completions": sample["steps"], "labels": sample["labels"],
@@ -210,14 +229,18 @@ def main(argv=None) -> dict:
         policy = str(Path(args.policy).resolve()) if Path(args.policy).exists() else args.policy
     backend = "vllm" if args.backend == "vllm" or (args.backend == "auto" and importlib.util.find_spec("vllm")) \
         else "transformers"
-    problems = onpolicy_problems(args.problems, PolicyRecipe().chains)
+    evaluation = args.split != "onpolicy"
+    problems = evaluation_problems(args.split, args.problems, PolicyRecipe().chains) if evaluation \
+        else onpolicy_problems(args.problems, PolicyRecipe().chains)
     write_jsonl(problems, work / "problems.jsonl")
     output = AppendedJsonl(work / "samples.jsonl", holds="one line per sampled problem")
     sample_problems(args, policy, problems, output, backend)
     wanted = {p["id"] for p in problems}
     rows = [r for r in read_jsonl(output.path) if r["id"] in wanted]
-    records, counts = training_rows(rows, args.min_pass_rate, args.max_pass_rate, args.pairs, args.seed)
-    write_jsonl(records, work / "prm-train.jsonl")
+    records, counts = training_rows(rows, args.min_pass_rate, args.max_pass_rate, 0 if evaluation else args.pairs,
+                                    args.seed, keep_all=evaluation)
+    data_file = work / ("prm-eval.jsonl" if evaluation else "prm-train.jsonl")
+    write_jsonl(records, data_file)
     rates = [sum(s["correct"] for s in r["samples"]) / args.k for r in rows]
     result = {
         "command": "python bench/lifecycle/onpolicy.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -225,7 +248,7 @@ def main(argv=None) -> dict:
         "benchmark_policy": policy == str(policy_folder(PolicyRecipe())), "settings": vars(args),
         "sampling": rate(rows, args.k, args.project),
         "pass_rates": {f"{value:.3f}": count for value, count in sorted(Counter(rates).items())},
-        "training_file": {"path": str(work / "prm-train.jsonl"), **counts},
+        "training_file": {"path": str(data_file), **counts},
         "judge": judge_disagreements(rows)}
     write_json_atomic(args.out, result)
     print(json.dumps({key: result[key] for key in ("sampling", "training_file", "judge")}, indent=1))

@@ -40,6 +40,28 @@ def test_problems_with_both_outcomes_are_kept_with_their_distinct_solutions_and_
     assert onpolicy.training_rows(rows, 0.6, 1.0, pairs=1, seed=0)[1]["rows"] == 0
 
 
+def test_an_evaluation_file_keeps_every_problem_and_every_sample_as_drawn():
+    rows = [row(0, [sample(RIGHT, True, [1, 1]), sample(RIGHT, True, [1, 1]), sample(WRONG, False, [0, 0])]),
+            row(1, [sample(RIGHT, True, [1, 1])] * 2, prompt="all right")]
+    records, counts = onpolicy.training_rows(rows, 0.0, 1.0, pairs=0, seed=0, keep_all=True)
+    # best-of-N draws repeats, so an evaluation keeps them; one-sided problems stay (they count for accuracy)
+    assert [(r["prompt"] == PROMPT, r["correct"]) for r in records] == \
+        [(True, True), (True, True), (True, False), (False, True), (False, True)]
+    assert counts["problems_kept"] == 2 and counts["minimal_pairs"] == 0
+
+
+def test_evaluation_problems_are_loops_and_never_training_problems():
+    training = {p["prompt"] for p in onpolicy.onpolicy_problems(50, 1000)}
+    validation = onpolicy.evaluation_problems("validation", 8, 1000)
+    held_out = onpolicy.evaluation_problems("held_out", 8, 1000)
+    assert len(validation) == len(held_out) == 8
+    prompts = [p["prompt"] for p in validation + held_out]
+    assert len(set(prompts)) == 16 and not training & set(prompts)
+    assert onpolicy.evaluation_problems("validation", 64, 1000)[:8] == validation
+    with pytest.raises(ValueError, match="holds 64 problems"):
+        onpolicy.evaluation_problems("validation", 65, 1000)
+
+
 def test_a_right_answer_after_a_wrong_step_is_no_source_of_pairs_and_is_counted():
     lucky = sample(["She has 3 * 4 = 13 apples.", "The answer is \\boxed{10}."], True, [0, 0])
     rows = [row(0, [lucky, sample(WRONG, False, [0, 0])])]
