@@ -1,0 +1,190 @@
+"""The sibling-ranking comparison of bench/ranking_prereg.md: PRMs trained with `prmkit train` on the policy's own
+samples, with the step loss alone and with the ranking term beside it, chosen on validation problems by
+within-problem AUROC and tested once on held-out problems against the step-loss PRM.
+
+    python bench/lifecycle/onpolicy.py --problems 400 --k 4 --work /work/ranking/train
+    python bench/lifecycle/onpolicy.py --split validation --problems 64 --k 8 --work /work/ranking/val
+    python bench/lifecycle/onpolicy.py --split held_out --problems 100 --k 8 --work /work/ranking/held-out
+    python bench/ranking.py --work /work/ranking
+
+Each stage is kept in WORK (trained runs, validation scores), so a stopped run goes on where it stopped. The
+held-out file is opened only after the choice is written to the results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from prmkit.evaluation.metrics import paired_bootstrap, within_problem_auroc  # noqa: E402
+from prmkit.evaluation.within_problem import within_problem_metrics  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
+from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, is_truncated  # noqa: E402
+
+PRIMARY = "min"  # the chain score whose within-problem AUROC chooses (prmkit's default aggregation)
+BEST_OF = 8
+BOOTSTRAP = {"iterations": 2000, "seed": 0}
+CONDITIONS = {  # bench/ranking_prereg.md
+    "A-step-loss": {},
+    "B-ranking-0.5": {"ranking_weight": 0.5, "ranking_score": "min"},
+    "C-ranking-2.0": {"ranking_weight": 2.0, "ranking_score": "min"},
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="folder holding train/, val/ and held-out/ from onpolicy.py")
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ranking.json"))
+    return parser.parse_args(argv)
+
+
+def prm_config(work: Path, name: str, loss: dict, steps: int) -> dict:
+    """bench/loop.py's exact-label PRM recipe (prm_config) on the on-policy file, with the condition's loss."""
+    return {
+        "output_dir": str(work / "runs"), "run_name": name,
+        "model": {"base": "smollm2-135m", "num_layers": 16, "finetune": "lora"},
+        "data": {"train": str(work / "train" / "prm-train.jsonl"), "max_length": 512},
+        "lora": {"r": 16, "alpha": 32, "top_layers": 8},
+        "loss": loss,
+        "training": {"max_steps": steps, "batch_size": 8, "lr": 5e-4, "head_init": "probe", "warmup_steps": 5,
+                     "logging_steps": 10, "save_steps": max(steps // 4, 1), "seed": 0},
+    }
+
+
+def train(work: Path, name: str, loss: dict, steps: int) -> Path:
+    run = work / "runs" / name
+    if (run / "prmkit.json").is_file():
+        return run
+    config = work / f"train-{name}.json"
+    write_json_atomic(config, prm_config(work, name, loss, steps))
+    resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) else []
+    subprocess.run([sys.executable, "-m", "prmkit", "train", str(config), *resume], check=True)
+    return run
+
+
+def scored(run: Path, data: Path, cache: Path) -> list[dict]:
+    """Every chain of DATA with the PRM's step scores (kept in CACHE: scoring is the slow part of a rerun)."""
+    if cache.is_file():
+        return read_jsonl(cache)
+    from prmkit import PRMScorer
+
+    rows = read_jsonl(data)
+    scorer = PRMScorer.from_pretrained(run)
+    steps = scorer.score_many([(r["prompt"], r["completions"]) for r in rows])
+    out = [{"prompt": r["prompt"], "correct": bool(r["correct"]), "answer": r.get("answer"), "scores": s}
+           for r, s in zip(rows, steps)]
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("".join(json.dumps(r) + "\n" for r in out), encoding="utf-8")
+    return out
+
+
+def groups(chains: list[dict]) -> list[dict]:
+    """One problem's samples per group, in file order, as prmkit eval builds them (evaluate.best_of_n_groups)."""
+    by_prompt: dict[str, list[dict]] = {}
+    for chain in chains:
+        by_prompt.setdefault(chain["prompt"], []).append(chain)
+    return [{"key": key, "correct": [c["correct"] for c in members],
+             "answers": None if any(c["answer"] is None for c in members) else [str(c["answer"]) for c in members],
+             "truncated": [is_truncated(c["scores"]) for c in members],
+             "scores": {how: [aggregate(c["scores"], how) for c in members] for how in AGGREGATIONS}}
+            for key, members in by_prompt.items() if len(members) >= 2]
+
+
+def summary(metrics: dict) -> dict:
+    """The figures the choice and the report read: within-problem AUROC per chain score, and the choosers at N=8
+    against majority."""
+    by_n = metrics["by_n"]
+    n = str(BEST_OF if BEST_OF in by_n["n"] else by_n["n"][-1])
+    return {"auroc": {how: metrics["auroc"][how]["auroc"] for how in metrics["auroc"]},
+            "auroc_pooled": {how: metrics["auroc"][how]["auroc_pooled"] for how in metrics["auroc"]},
+            "pairs": metrics["auroc"][PRIMARY]["pairs"], "problems_with_both": metrics["auroc"][PRIMARY]["problems"],
+            "n": int(n), "accuracy": {m: cells[n] for m, cells in by_n["methods"].items()},
+            "versus_majority": {m: cells[n] for m, cells in by_n["versus_majority"].items()}}
+
+
+def evaluate(chains: list[dict]) -> tuple[dict, list[dict]]:
+    problems = groups(chains)
+    metrics = within_problem_metrics(problems, list(AGGREGATIONS), correct_from="the rows' correct field")
+    return summary(metrics), problems
+
+
+def per_problem_auroc(problems: list[dict], how: str = PRIMARY) -> dict[str, float]:
+    out = {}
+    for g in problems:
+        value = within_problem_auroc([(g["scores"][how], g["correct"])])["auroc"]
+        if value is not None:
+            out[g["key"]] = value
+    return out
+
+
+def best_of_correct(problems: list[dict], how: str = PRIMARY, n: int = BEST_OF) -> dict[str, float]:
+    """Each problem's expected correctness of best-of-n (ties shared), as prmkit eval counts it."""
+    from prmkit.evaluation.metrics import choice_accuracy
+
+    return {g["key"]: choice_accuracy(g["scores"][how][:n], g["correct"][:n], g["truncated"][:n]) for g in problems}
+
+
+def data_counts(work: Path) -> dict:
+    out = {}
+    for name, file in (("train", "prm-train.jsonl"), ("validation", "prm-eval.jsonl"),
+                       ("held_out", "prm-eval.jsonl")):
+        folder = work / ("held-out" if name == "held_out" else "val" if name == "validation" else name)
+        if name == "held_out":  # counted without reading its rows: only its line count before the choice
+            out[name] = {"rows": sum(1 for _ in (folder / file).open(encoding="utf-8"))}
+            continue
+        rows = read_jsonl(folder / file)
+        out[name] = {"rows": len(rows), "problems": len({r["prompt"] for r in rows}),
+                     "right": sum(bool(r["correct"]) for r in rows),
+                     "minimal_pairs": sum(r.get("source") == "minimal-pair" for r in rows)}
+    return out
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    work = Path(args.work).resolve()
+    names = args.conditions.split(",")
+    result = {"command": "python bench/ranking.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
+              "preregistration": "bench/ranking_prereg.md", "settings": {"steps": args.steps, "primary": PRIMARY,
+                                                                         "best_of": BEST_OF, **BOOTSTRAP},
+              "config": prm_config(work, "NAME", {}, args.steps), "data": data_counts(work), "validation": {}}
+    runs = {name: train(work, name, CONDITIONS[name], args.steps) for name in names}
+    for name, run in runs.items():
+        chains = scored(run, work / "val" / "prm-eval.jsonl", work / "scores" / f"val-{name}.jsonl")
+        result["validation"][name], _ = evaluate(chains)
+        write_json_atomic(args.out, result)
+    chosen = max(names, key=lambda name: result["validation"][name]["auroc"][PRIMARY])
+    result["chosen"] = chosen
+    write_json_atomic(args.out, result)  # the choice is on record before the held-out file is read
+
+    baseline = names[0]
+    held = {name: scored(runs[name], work / "held-out" / "prm-eval.jsonl", work / "scores" / f"held-{name}.jsonl")
+            for name in dict.fromkeys([baseline, chosen])}
+    report, problems = {}, {}
+    for name, chains in held.items():
+        report[name], problems[name] = evaluate(chains)
+    result["held_out"] = report
+    if chosen != baseline:
+        a, b = per_problem_auroc(problems[chosen]), per_problem_auroc(problems[baseline])
+        keys = [k for k in a if k in b]
+        bo_a, bo_b = best_of_correct(problems[chosen]), best_of_correct(problems[baseline])
+        result["held_out_paired"] = {
+            "within_problem_auroc": paired_bootstrap([a[k] for k in keys], [b[k] for k in keys], **BOOTSTRAP),
+            f"best_of_{BEST_OF}": paired_bootstrap([bo_a[k] for k in bo_a], [bo_b[k] for k in bo_a], **BOOTSTRAP)}
+    write_json_atomic(args.out, result)
+    print(json.dumps({k: result[k] for k in ("validation", "chosen", "held_out") if k in result}, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
