@@ -1,0 +1,225 @@
+"""prmkit against TRL 1.13's own PRM code, run in .venv-trl (scripts/setup_trl.sh); skipped, with the reason, where
+that environment is absent (TRL 1.14 removed the PRMTrainer, so the default environment cannot hold it).
+
+1. Tokenization: the rows of cases.py tokenized by TRL's PRMTrainer.tokenize_row and by prmkit's tokenize_chain,
+   compared row by row. prmkit's output must equal what TRL's untruncated layout becomes under the differences the
+   case names (cases.py), and each named difference must show; anything else is a failure.
+2. A tiny PRM trained for a few steps by TRL's real PRMTrainer, read by prmkit's `trl` scorer format: its scores
+   must equal P(label 1) that transformers alone computes at TRL's label positions, to 1e-5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+from cases import (  # noqa: E402
+    COMPLETION_BUDGET,
+    CUT_STEP_SHOWN,
+    EMPTY_SPAN,
+    EVAL_LAST_STEP,
+    PROMPT_CUT,
+    SEPARATOR_SHIFT,
+    SOFT_LABEL,
+    UNLABELLED_STEP,
+    Case,
+    cases,
+)
+from tiny_models import build_tokenizer  # noqa: E402
+
+from prmkit.tokenize import IGNORE_INDEX, TokenizedChain, encode, prompt_prefix, tokenize_chain  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TRL_PYTHON = REPO / ".venv-trl" / "bin" / "python"
+SCRIPTS = Path(__file__).parent
+NO_LIMIT = 100_000  # prmkit's max_length where TRL's is None
+TOL = 1e-5
+
+pytestmark = pytest.mark.skipif(not TRL_PYTHON.is_file(),
+                                reason="no TRL 1.13 environment (.venv-trl); create it with scripts/setup_trl.sh")
+
+
+def run_in_trl(script: str, payload, timeout: float = 240) -> dict:
+    """tests/trl_side/SCRIPT in .venv-trl with `payload` as JSON on stdin; the JSON object it prints last."""
+    done = subprocess.run([str(TRL_PYTHON), str(SCRIPTS / script)], input=json.dumps(payload), text=True,
+                          capture_output=True, timeout=timeout, cwd=REPO)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.splitlines()[-40:])
+        raise AssertionError(f"{script} failed in .venv-trl (exit {done.returncode}):\n{tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("trl-tokenizers")
+    with_bos, without_bos = build_tokenizer(), build_tokenizer()
+    without_bos.bos_token = None
+    for name, tokenizer in (("bos", with_bos), ("nobos", without_bos)):
+        tokenizer.save_pretrained(root / name)
+    assert with_bos.bos_token_id is not None and without_bos.bos_token_id is None
+    return {"bos": with_bos, "nobos": without_bos, "folders": {"bos": str(root / "bos"),
+                                                               "nobos": str(root / "nobos")}}
+
+
+@pytest.fixture(scope="module")
+def trl_side(tokenizers) -> dict:
+    """One run of TRL's code: "cases", each case with TRL's output for its settings and for its whole layout
+    (untruncated, every step labelled), and "config_fields", the fields of TRL's PRMConfig."""
+    folders = tokenizers["folders"]
+    ready = [_with_fitted_length(case, tokenizers[case.tokenizer]) for case in cases()]
+    payload = [case.trl_payload(folders) for case in ready] + [case.trl_payload(folders, whole=True)
+                                                                 for case in ready]
+    got = run_in_trl("trl_tokenize.py", payload)
+    assert got["trl_version"] == "1.13.0"
+    results = got["results"]
+    return {"cases": [(case, results[i], results[len(ready) + i]) for i, case in enumerate(ready)],
+            "config_fields": got["config_fields"]}
+
+
+def _with_fitted_length(case: Case, tokenizer) -> Case:
+    """A case whose max_length must end exactly at its fit_steps-th step of TRL's layout gets it here."""
+    if case.fit_steps is None:
+        return case
+    sep = encode(tokenizer, case.separator)
+    length = len(prompt_prefix(tokenizer)) + len(encode(tokenizer, case.row["prompt"]))
+    length += sum(len(encode(tokenizer, step) + sep) for step in case.row["completions"][:case.fit_steps])
+    return dataclasses.replace(case, max_length=length)
+
+
+def prmkit_budget(case: Case, prompt_end: int, sep_length: int) -> int:
+    """prmkit's one budget for TRL's two: max_length, or the prompt (with its separator) plus
+    max_completion_length, whichever is smaller (COMPLETION_BUDGET)."""
+    budgets = [NO_LIMIT]
+    if case.max_length is not None:
+        budgets.append(case.max_length)
+    if case.max_completion_length is not None:
+        budgets.append(prompt_end + sep_length + case.max_completion_length)
+    return min(budgets)
+
+
+def expected_from_trl(case: Case, whole: dict, tokenizer, budget: int) -> tuple[list[int], list[int], int]:
+    """prmkit's ids, step positions and dropped prompt tokens as TRL's whole layout becomes under prmkit's rules:
+    the separator after the prompt (PROMPT_SEPARATOR), whole steps only within `budget` (CUT_STEP_SHOWN,
+    SEPARATOR_SHIFT), the prompt's start dropped when not even the first step fits (PROMPT_CUT)."""
+    sep = encode(tokenizer, case.separator) if case.separator else []
+    prefix = len(prompt_prefix(tokenizer))
+    prompt_end = prefix + len(encode(tokenizer, case.row["prompt"]))
+    ids = whole["input_ids"][:prompt_end] + sep + whole["input_ids"][prompt_end:]
+    ends = [i + len(sep) for i, label in enumerate(whole["labels"]) if label != -100]
+    drop = max(0, ends[0] + 1 - budget) if ends else 0
+    kept = [end - drop for end in ends if end - drop < budget]
+    ids = ids[:prefix] + ids[prefix + drop:]
+    return ids[:kept[-1] + 1] if kept else ids[:prefix], kept, drop
+
+
+def trl_positions(result: dict) -> list[int]:
+    return [i for i, label in enumerate(result["labels"]) if label != -100]
+
+
+@pytest.mark.parametrize("name", [case.name for case in cases()])
+def test_same_ids_and_label_positions_as_trl_but_for_the_named_differences(name, trl_side, tokenizers):
+    case, trl, whole = next(item for item in trl_side["cases"] if item[0].name == name)
+    tokenizer = tokenizers[case.tokenizer]
+    sep = encode(tokenizer, case.separator) if case.separator else []
+    prefix = prompt_prefix(tokenizer)
+    prompt_end = len(prefix) + len(encode(tokenizer, case.row["prompt"]))
+    budget = prmkit_budget(case, prompt_end, len(sep))
+    labels = case.row["labels"]
+    ours = tokenize_chain(tokenizer, case.row["prompt"], case.row["completions"], labels, separator=case.separator,
+                          max_length=budget, train_on_last_step_only=case.last_step_only)
+
+    # BOS: both put the tokenizer's BOS first where it has one, and nothing where it has none.
+    assert ours.input_ids[:len(prefix)] == prefix and (not prefix or ours.input_ids[0] == tokenizer.bos_token_id)
+
+    if EMPTY_SPAN in case.differences:
+        _empty_span(case, trl, ours, tokenizer)
+        return
+    assert whole["input_ids"][:len(prefix)] == prefix
+
+    ids, positions, drop = expected_from_trl(case, whole, tokenizer, budget)
+    assert ours.input_ids == ids, f"{name}: prmkit's ids are not TRL's layout with the separator after the prompt"
+    assert ours.step_positions == positions
+    assert ours.prompt_tokens_dropped == drop
+
+    if UNLABELLED_STEP in case.differences:  # TRL: int(None) fails the row; prmkit: no label on that step
+        assert trl["error"].startswith("TypeError"), trl
+        unlabelled = [i for i, label in enumerate(labels) if label is None]
+        assert all(ours.labels[ours.step_positions[i]] == IGNORE_INDEX for i in unlabelled)
+        return
+
+    # TRL truncates tokens: the completion to max_completion_length, then everything to max_length.
+    cut = whole["input_ids"][:prompt_end] + whole["input_ids"][prompt_end:][:case.max_completion_length]
+    assert trl["input_ids"] == cut[:case.max_length]
+    theirs, shift = trl_positions(trl), len(sep)
+    _check_named_differences(case, trl, theirs, ours, whole, prompt_end, shift)
+
+    # Every step both label carries the same label in both (the same int for bools and 0/1)
+    both = [(i, p) for i, p in enumerate(ours.step_positions) if ours.labels[p] != IGNORE_INDEX
+            and p + drop - shift in theirs]
+    for step, position in both:
+        ours_value, theirs_value = ours.labels[position], trl["labels"][position + drop - shift]
+        if SOFT_LABEL in case.differences:
+            assert theirs_value == int(labels[step]) and ours_value == float(labels[step])
+        else:
+            assert theirs_value == ours_value, f"{name}: step {step}"
+    if not ({PROMPT_CUT, EVAL_LAST_STEP, SEPARATOR_SHIFT} & set(case.differences)):
+        labelled = [p for p in ours.step_positions if ours.labels[p] != IGNORE_INDEX]
+        assert [p - shift for p in labelled] == theirs, f"{name}: not the same steps labelled"
+
+
+def _check_named_differences(case: Case, trl: dict, theirs: list[int], ours: TokenizedChain, whole: dict,
+                             prompt_end: int, sep_length: int) -> None:
+    """Each difference the case names shows, exactly as cases.py describes it."""
+    named = set(case.differences)
+    whole_ends = trl_positions(whole)
+    if CUT_STEP_SHOWN in named or COMPLETION_BUDGET in named:
+        # TRL ends mid-step: tokens after its last label, the start of the next step, with no label;
+        # prmkit's chain ends on its last step's label position.
+        assert len(trl["input_ids"]) > theirs[-1] + 1
+        assert trl["input_ids"] == whole["input_ids"][:len(trl["input_ids"])]
+        assert len(trl["input_ids"]) < whole_ends[len(theirs)] + 1
+        assert len(ours.input_ids) == ours.step_positions[-1] + 1 and ours.steps_dropped > 0
+    if COMPLETION_BUDGET in named:
+        # TRL: the steps' tokens cut at max_completion_length (then at max_length); prmkit: the whole steps that
+        # fit in that many tokens after the prompt and its separator.
+        assert len(trl["input_ids"]) - prompt_end == min(case.max_completion_length,
+                                                         (case.max_length or NO_LIMIT) - prompt_end)
+        assert len(ours.input_ids) - prompt_end - sep_length <= case.max_completion_length
+    if SEPARATOR_SHIFT in named:
+        # TRL's layout fits fit_steps steps exactly; prmkit's is one separator longer, so its last step is cut.
+        assert len(theirs) == case.fit_steps and ours.steps_kept == case.fit_steps - 1
+    if PROMPT_CUT in named:
+        # TRL: the prompt's start fills max_length, no step, no label (a row with nothing to learn);
+        # prmkit: the prompt's start dropped, BOS kept, steps that fit labelled.
+        assert theirs == [] and len(trl["input_ids"]) == case.max_length
+        assert ours.prompt_tokens_dropped > 0 and ours.steps_kept >= 1
+    if EVAL_LAST_STEP in named:
+        assert len(theirs) == len(case.row["completions"])
+        assert [p for p in ours.step_positions if ours.labels[p] != IGNORE_INDEX] == ours.step_positions[-1:]
+    if SOFT_LABEL in named:
+        assert any(trl["labels"][p] != label for p, label in zip(theirs, case.row["labels"]))
+
+
+def _empty_span(case: Case, trl: dict, ours: TokenizedChain, tokenizer) -> None:
+    """An empty step with an empty separator has no token to carry its label. TRL still emits the label, so its
+    labels list is longer than its ids and every later label sits one token early; prmkit stops at that step."""
+    empty = case.row["completions"].index("")
+    assert len(trl["labels"]) == len(trl["input_ids"]) + 1
+    assert ours.steps_kept == empty and ours.steps_dropped == len(case.row["completions"]) - empty
+    assert len(ours.labels) == len(ours.input_ids)
+
+
+def test_trl_prm_config_has_no_max_prompt_length(trl_side):
+    """TRL 1.13's PRMConfig takes max_length and max_completion_length; a max_prompt_length is refused there
+    (a TypeError from the dataclass), and prmkit never cuts the prompt for its own sake either (PROMPT_CUT)."""
+    fields = trl_side["config_fields"]
+    assert {"max_length", "max_completion_length", "step_separator", "train_on_last_step_only"} <= set(fields)
+    assert "max_prompt_length" not in fields
