@@ -157,7 +157,7 @@ def test_an_explicit_format_overrides_detection_and_an_unknown_one_is_refused(rl
         PRMScorer.from_pretrained(rlhflow[0], prm_format="shepherd")
     with pytest.raises(PRMError, match="step_tag='<x>' given for a qwen PRM, which does not read it"):
         PRMScorer.from_pretrained(rlhflow[0], prm_format="qwen", step_tag="<x>")
-    with pytest.raises(PRMError, match="no weights named score.0.weight"):
+    with pytest.raises(PRMError, match="qwen PRM: .*weights lack 6 tensor.*q_proj.bias"):  # a Llama has no biases
         PRMScorer.from_pretrained(tiny_llama, device="cpu", prm_format="qwen")
 
 
@@ -254,5 +254,5 @@ def test_a_hub_model_id_is_read_through_the_hub_cache(qwen, tmp_path, monkeypatc
     write_jsonl([{"prompt": p, "completions": s, "labels": [1] * len(s)} for p, s in CHAINS], tmp_path / "c.jsonl")
     assert main(["eval", "acme/tiny-qwen-prm", str(tmp_path / "c.jsonl"), "--device", "cpu"]) == 0
     assert (tmp_path / "eval" / "acme--tiny-qwen-prm" / "eval" / "c" / "metrics.json").is_file()
-    with pytest.raises(PRMError, match="acme/absent: no such folder, and not fetched as a hub model id.*hf download"):
+    with pytest.raises(PRMError, match="acme/absent: no such local folder .*not fetched either.*hf download"):
         PRMScorer.from_pretrained("acme/absent", device="cpu")

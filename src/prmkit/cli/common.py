@@ -43,8 +43,11 @@ def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
                              "left unscored")
     parser.add_argument("--prm-format", default=SCORING_DEFAULTS.prm_format, choices=PRM_FORMATS,
                         help="how to read the model folder: a prmkit run, or a public PRM (qwen: Qwen2.5-Math-PRM; "
-                             "math-shepherd: step tag 'ки', '+'/'-'; rlhflow: each step a user turn) (default: "
-                             "detected from its config.json and tokenizer)")
+                             "math-shepherd: step tag 'ки', '+'/'-'; rlhflow: each step a user turn; trl: trained "
+                             "by TRL's PRMTrainer) (default: detected from its config.json and tokenizer)")
+    parser.add_argument("--step-separator", type=unescape, default=SCORING_DEFAULTS.step_separator,
+                        help="a trl PRM's step separator, \\n written as \\n: the step_separator it was trained "
+                             "with, which TRL does not save (default: TRL's '\\n')")
     parser.add_argument("--compile", action="store_true",
                         help="compile the model with torch.compile (inductor, weights frozen as constants): faster "
                              "forward passes over whole chains after a warm-up of a minute or two on a CPU; needs a "
@@ -54,7 +57,7 @@ def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     return ScoringOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size,
                           max_batch_tokens=args.max_batch_tokens, max_length=args.max_length,
-                          prm_format=args.prm_format, compile=args.compile)
+                          prm_format=args.prm_format, compile=args.compile, step_separator=args.step_separator)
 
 
 def write_json(path: str | None, payload: dict) -> None:

@@ -9,10 +9,15 @@ chain, many chains per batch.
   and OpenR read it.
 - `rlhflow`: a causal LM reading a chat where each step is a user turn answered by an assistant "+"; a step's score
   is P("+") over "+" and "-" at the position that predicts its answer.
+- `trl`: a `*ForTokenClassification` model with two labels, as TRL's PRMTrainer trains it: BOS + prompt, then each
+  step followed by the step separator, every piece tokenized on its own; a step's score is P(label 1) at the last
+  token of its separator (`trl_tokenize_row`).
 
-Weights load without trust_remote_code: transformers' own backbone class takes the `model.*` weights, and the head
-(the Qwen head, or the "+"/"-" rows of an LM head) is read from the weight files by name, so no full-vocabulary
-logits are ever computed. Detection reads the folder's config.json and tokenizer; `prm_format=` overrides it.
+Weights load without trust_remote_code, in the dtype asked (a 7B PRM in bf16 never passes through an fp32 copy):
+transformers' own backbone class takes the `model.*` weights, and the head (the Qwen head, or the "+"/"-" rows of
+an LM head) is read from the weight files by name, so no full-vocabulary logits are ever computed; a `trl` PRM is
+transformers' own token-classification model. Detection reads the folder's config.json and tokenizer;
+`prm_format=` overrides it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Sequence
 
@@ -31,6 +37,9 @@ from prmkit.tokenize import TokenizedChain
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the hub spells model ids
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # config, weights, tokenizer
+# transformers' pickled weights (one file or shards), fetched only with allow_pickle; not `*.bin`, which would also
+# fetch a trainer's training_args.bin, never read here
+HUB_PICKLES = ["pytorch_model*.bin"]
 
 QWEN_ARCHITECTURE = "Qwen2ForProcessRewardModel"
 QWEN_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -40,6 +49,9 @@ STEP_TAG, GOOD_TOKEN, BAD_TOKEN = "ки", "+", "-"
 # longest chains take about 3k tokens, so this default reads them whole without sizing batches for 128k.
 PUBLIC_MAX_LENGTH = 4096
 SEPARATOR = "\n\n"  # where a raw completion is cut into steps, as the Qwen PRM's card cuts its responses
+# TRL's PRMConfig.step_separator default. A TRL run saves nothing about its separator (but in training_args.bin, a
+# pickle that is never read here), so a PRM trained with another one needs it given: step_separator=
+TRL_STEP_SEPARATOR = "\n"
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,7 @@ class ChainReader:
     step_tag: str = STEP_TAG
     good_token: str = GOOD_TOKEN
     bad_token: str = BAD_TOKEN
+    step_separator: str = TRL_STEP_SEPARATOR
 
     def tokenize(self, tokenizer, prompt: str, steps: Sequence[str], max_length: int) -> TokenizedChain:
         if not steps:
@@ -58,11 +71,15 @@ class ChainReader:
         elif self.name == "math-shepherd":
             text = f"{prompt} " + f" {self.step_tag}\n".join(steps) + f" {self.step_tag}"
             ids, positions = self._tagged(tokenizer, text, self.step_tag, steps)
+        elif self.name == "trl":
+            ids, positions = trl_tokenize_row(tokenizer, prompt, steps, self.step_separator)
         else:
             ids, positions = self._rlhflow(tokenizer, prompt, steps)
         kept = [p for p in positions if p < max_length]
-        # Causal attention: tokens after the last scored position cannot change a score, so they are not run.
-        ids = ids[:kept[-1] + 1] if kept else ids[:max_length]
+        if self.name == "trl":  # TRL's own cut, input_ids[:max_length], right for any attention (a bidirectional
+            ids = ids[:max_length]  # encoder's scores depend on later tokens); for a causal LM the same scores
+        else:  # causal attention: tokens after the last scored position cannot change a score, so they are not run
+            ids = ids[:kept[-1] + 1] if kept else ids[:max_length]
         return TokenizedChain(input_ids=ids, labels=[], step_positions=kept, steps_kept=len(kept),
                               steps_dropped=len(steps) - len(kept))
 
@@ -115,6 +132,41 @@ class ChainReader:
         return [tokenizer.encode(t, add_special_tokens=False)[-1] for t in (self.bad_token, self.good_token)]
 
 
+def trl_tokenize_row(tokenizer, prompt: str, steps: Sequence[str], step_separator: str) -> tuple[list[int], list[int]]:
+    """(input_ids, label positions) of a chain as TRL 1.13's PRMTrainer.tokenize_row builds them
+    (trl/experimental/prm/prm_trainer.py), statement for statement:
+
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        completions_ids = [tokenizer(completion, add_special_tokens=False)["input_ids"] for completion in completions]
+        separator_ids = tokenizer.encode(step_separator, add_special_tokens=False)
+        completions_ids = [completion + separator_ids for completion in completions_ids]
+        labels = [[-100] * (len(completion) - 1) + [label] for completion, label in zip(completions_ids, labels)]
+        if tokenizer.bos_token_id is not None: prompt_ids = [tokenizer.bos_token_id] + prompt_ids
+        input_ids = prompt_ids + completion_ids          # then completion_ids[:max_completion_length] and
+        labels = [-100] * len(prompt_ids) + labels       # input_ids[:max_length]: a label past the cut is gone
+
+    So: no chat template and no EOS; the BOS (where the tokenizer has one) is the only special token; every step
+    and the separator are tokenized alone, not in context; the separator follows the last step too; a step's label
+    sits on the last token of its step + separator. The cut to max_length is `ChainReader.tokenize`'s, with TRL's
+    rule. TRL's max_completion_length is a training-time cut of the steps' tokens; scoring reads up to max_length.
+    """
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completions_ids = [tokenizer(step, add_special_tokens=False)["input_ids"] for step in steps]
+    separator_ids = tokenizer.encode(step_separator, add_special_tokens=False)
+    completions_ids = [completion + separator_ids for completion in completions_ids]
+    if tokenizer.bos_token_id is not None:
+        prompt_ids = [tokenizer.bos_token_id] + prompt_ids
+    positions, end = [], len(prompt_ids)
+    for k, completion in enumerate(completions_ids):
+        if not completion:  # TRL would put this step's label on a token that is not there, shifting every later one
+            raise PRMError(f"trl PRM: step {k} and the step separator {step_separator!r} tokenize to no tokens, so "
+                           "the step has no token to be scored at; drop empty steps, or give the separator the PRM "
+                           "was trained with (step_separator=)")
+        end += len(completion)
+        positions.append(end - 1)  # the last token of step + separator: where TRL puts the step's label
+    return prompt_ids + list(chain(*completions_ids)), positions
+
+
 def _qwen_text(tokenizer, prompt: str, steps: Sequence[str]) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise PRMError("qwen PRM: the tokenizer has no chat template; use the model's own tokenizer folder")
@@ -146,6 +198,8 @@ def detect_format(folder: str | Path) -> tuple[str, str]:
     architectures = config.get("architectures") or []
     if QWEN_ARCHITECTURE in architectures:
         return "qwen", f"architectures {architectures}"
+    if any(a.endswith("ForTokenClassification") for a in architectures) and label_count(config) == 2:
+        return "trl", f"architectures {architectures} with two labels, as TRL's PRMTrainer saves them"
     if any(a.endswith("ForCausalLM") for a in architectures):
         from prmkit.model import load_tokenizer
 
@@ -158,21 +212,32 @@ def detect_format(folder: str | Path) -> tuple[str, str]:
                    f"{architectures}); pass prm_format= (--prm-format) one of {', '.join(FORMATS)}")
 
 
-def model_folder(name: str | Path) -> Path:
+def label_count(config: dict) -> int:
+    """The labels of a classification config.json: transformers leaves out id2label when it holds its default two."""
+    return len(config["id2label"]) if config.get("id2label") else int(config.get("num_labels") or 2)
+
+
+def model_folder(name: str | Path, allow_pickle: bool = False) -> Path:
     """The local folder of a PRM: `name` itself when it exists; otherwise an `owner/name` is a model id on the
     Hugging Face hub, fetched into its cache (or read from the cache alone with HF_HUB_OFFLINE=1), as
-    transformers' from_pretrained would. Only the files a PRM is read from are fetched."""
+    transformers' from_pretrained would. Only the files a PRM is read from are fetched: pickled weights too
+    with allow_pickle, as a model published only in pickles has nothing else to read."""
     path = Path(name)
     if path.exists() or not HUB_ID.fullmatch(str(name)):
         return path
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(str(name), allow_patterns=HUB_FILES))
+        return Path(snapshot_download(str(name), allow_patterns=HUB_FILES + (HUB_PICKLES if allow_pickle else [])))
     except Exception as err:  # noqa: BLE001 - offline, unknown id, no access: one answer with the way out
-        raise PRMError(f"{name}: no such folder, and not fetched as a hub model id ({type(err).__name__}); point to "
-                       f"a prmkit run or a PRM's folder, or download it first (hf download {name} --local-dir "
-                       f"prms/{path.name}) or once online to fill the cache") from None
+        # Local first: `runs/prm` is far more often a run folder mistyped or not trained yet than a hub model.
+        parent = path.absolute().parent
+        nearby = sorted(p.name for p in parent.iterdir() if p.is_dir())[:8] if parent.is_dir() else []
+        here = f"; {parent} holds {', '.join(nearby)}" if nearby else ""
+        raise PRMError(f"{name}: no such local folder ({path.absolute()} does not exist{here}); point to a prmkit "
+                       "run folder, checkpoint or export, or a PRM's folder. Read as a hub model id it was not "
+                       f"fetched either ({type(err).__name__}): if it is one, download it (hf download {name} "
+                       f"--local-dir prms/{path.name}) or go online once to fill the cache") from None
 
 
 def _config(folder: Path) -> dict:
@@ -187,14 +252,19 @@ def _config(folder: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def load_public_prm(folder: str | Path, reader: ChainReader, *, allow_pickle: bool = False):
-    """(model, tokenizer) of a public PRM folder, fp32, eval mode, with no code from the folder run."""
+def load_public_prm(folder: str | Path, reader: ChainReader, *, allow_pickle: bool = False,
+                    dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) of a public PRM folder, eval mode, with no code from the folder run. The backbone is built
+    and filled in `dtype` (each checkpoint tensor cast on its own as it is read), so the host holds one copy of the
+    weights in that dtype, never an fp32 one first; the small heads are kept in fp32."""
     from prmkit.model import load_tokenizer, refuse_pickle_weights
 
     folder = Path(folder)
     refuse_pickle_weights(folder, allow_pickle)
     tokenizer = load_tokenizer(str(folder))
-    backbone = _backbone(folder, reader.name, allow_pickle)
+    if reader.name == "trl":
+        return _token_classifier(folder, allow_pickle, dtype), tokenizer
+    backbone = _backbone(folder, reader.name, allow_pickle, dtype)
     if reader.name == "qwen":
         weights = read_weights(folder, [f"score.{i}.{p}" for i in (0, 2) for p in ("weight", "bias")], allow_pickle)
         hidden = backbone.config.hidden_size
@@ -211,25 +281,51 @@ def load_public_prm(folder: str | Path, reader: ChainReader, *, allow_pickle: bo
     return TwoClassPRM(backbone, head).eval(), tokenizer
 
 
-def _backbone(folder: Path, name: str, allow_pickle: bool):
+def _token_classifier(folder: Path, allow_pickle: bool, dtype: torch.dtype) -> TwoClassPRM:
+    """A TRL PRM: transformers' own `*ForTokenClassification` model, run as its backbone and head (its dropout is
+    the identity in eval mode), so it gives P(label 1) at every position like the other formats."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    from prmkit.model import head_name
+
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    if config.num_labels != 2:
+        raise PRMError(f"trl PRM: {folder} has {config.num_labels} label(s), and TRL's PRMTrainer trains two (a bad "
+                       "and a good step); a prmkit export has one: read it without prm_format='trl'")
+    model = _from_pretrained(AutoModelForTokenClassification, folder, config, "trl", allow_pickle, dtype)
+    return TwoClassPRM(model.base_model, getattr(model, head_name(model)))
+
+
+def _backbone(folder: Path, name: str, allow_pickle: bool, dtype: torch.dtype):
     """transformers' own backbone class filled from the checkpoint's `model.*` weights (the head's are left)."""
     from transformers import AutoConfig, AutoModel, Qwen2Config, Qwen2Model
-    from transformers.utils import logging as hf_logging
 
     if name == "qwen":  # a concrete class: the folder's auto_map to remote code is never followed
         config, cls = Qwen2Config.from_dict(_config(folder)), Qwen2Model
     else:
         config, cls = AutoConfig.from_pretrained(str(folder), trust_remote_code=False), AutoModel
+    return _from_pretrained(cls, folder, config, name, allow_pickle, dtype)
+
+
+def _from_pretrained(cls, folder: Path, config, name: str, allow_pickle: bool, dtype: torch.dtype):
+    from transformers.utils import logging as hf_logging
+
     config.use_cache = False
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the head's weights are reported as unused by the backbone; they are read below
     try:
-        return cls.from_pretrained(str(folder), config=config, dtype=torch.float32, trust_remote_code=False,
-                                   use_safetensors=None if allow_pickle else True)
+        model, info = cls.from_pretrained(str(folder), config=config, dtype=dtype, trust_remote_code=False,
+                                          use_safetensors=None if allow_pickle else True, output_loading_info=True)
     except (OSError, ValueError) as err:
         raise PRMError(f"cannot load the {name} PRM backbone from {folder}: {err}") from None
     finally:
         hf_logging.set_verbosity(level)
+    if info["missing_keys"]:  # transformers would fill them with random numbers, and the scores with noise
+        missing = sorted(info["missing_keys"])
+        raise PRMError(f"{name} PRM: {folder}'s weights lack {len(missing)} tensor(s) its config needs "
+                       f"({', '.join(missing[:4])}); this is not a {name} PRM folder, or its weights are incomplete: "
+                       "pass the prm_format it was saved in (--prm-format), or download the folder again")
+    return model
 
 
 def read_weights(folder: Path, names: list[str], allow_pickle: bool = False) -> dict[str, torch.Tensor]:

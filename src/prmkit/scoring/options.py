@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from prmkit.errors import PRMError
 
 DTYPE_NAMES = ("auto", "fp32", "bf16", "fp16")
-PRM_FORMATS = ("prmkit", "qwen", "math-shepherd", "rlhflow")  # prmkit.scoring.formats.FORMATS, without torch
+PRM_FORMATS = ("prmkit", "qwen", "math-shepherd", "rlhflow", "trl")  # prmkit.scoring.formats.FORMATS, without torch
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class ScoringOptions:
     max_length: int | None = None  # tokens read per chain; None: the run's training max_length
     prm_format: str | None = None  # how to read the model folder (PRM_FORMATS); None: detected from the folder
     compile: bool = False  # torch.compile the forward pass over whole chains (prmkit PRMs)
+    step_separator: str | None = None  # a trl PRM's step separator (TRL's PRMConfig.step_separator); None: its "\n"
 
     def __post_init__(self):
         if self.batch_size < 1:

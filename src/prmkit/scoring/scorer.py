@@ -1,7 +1,7 @@
 """Score chains with a trained PRM: every step of a chain in one forward pass, many chains per batch.
 
 Inputs go through `tokenize_chain`, the function training used, so a chain scores the same here as in training's
-evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow) is read through its own format
+evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow, a TRL-trained PRM) is read through its own format
 instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding
 stays small, each batch is padded once, and the model has no LM head, so no vocabulary-sized logits are computed.
 Chains with one prompt (a best-of-N or GRPO group) read its tokens once (`prmkit.scoring.prefix`), and inside
@@ -42,6 +42,9 @@ from prmkit.scoring.options import ScoringOptions
 from prmkit.tokenize import StepCollator, TokenizedChain, tokenize_chain
 
 DEFAULTS = ScoringOptions()
+# which public formats read each of from_pretrained's token settings
+READ_BY = {"step_tag": ("math-shepherd",), "good_token": ("math-shepherd", "rlhflow"),
+           "bad_token": ("math-shepherd", "rlhflow"), "step_separator": ("trl",)}
 
 
 class PRMScorer:
@@ -77,21 +80,25 @@ class PRMScorer:
                         allow_pickle: bool = False, merge_adapter: bool = True,
                         max_length: int | None = DEFAULTS.max_length, prm_format: str | None = DEFAULTS.prm_format,
                         step_tag: str = ChainReader.step_tag, good_token: str = ChainReader.good_token,
-                        bad_token: str = ChainReader.bad_token, reuse_prefix: bool = True,
-                        compile: bool = DEFAULTS.compile) -> "PRMScorer":
+                        bad_token: str = ChainReader.bad_token, step_separator: str = ChainReader.step_separator,
+                        reuse_prefix: bool = True, compile: bool = DEFAULTS.compile) -> "PRMScorer":
         """Load for inference. A LoRA adapter is merged into the weights (in fp32, before any cast), which gives
         the same scores with no adapter overhead per layer. `max_length` replaces the training length, to read
         longer chains than the PRM was trained on, up to the backbone's context (beyond it is refused, as is a run
         whose training max_length exceeds it). `batch_size` caps the chains per forward pass and `max_batch_tokens`
         the padded tokens (chains x longest chain), so a batch of long chains stays within device memory.
-        `allow_pickle` as in the training config. `prm_format` (prmkit, qwen, math-shepherd, rlhflow; None:
+        `allow_pickle` as in the training config. `prm_format` (prmkit, qwen, math-shepherd, rlhflow, trl; None:
         detected from the folder) says how to read it; `step_tag`, `good_token` and `bad_token` are the
-        math-shepherd and rlhflow formats' tokens. A public format never runs code from its folder, so
-        `trust_remote_code` applies to prmkit runs only. `reuse_prefix` (default on) reads tokens that several
+        math-shepherd and rlhflow formats' tokens, `step_separator` the trl format's (TRL's PRMConfig.step_separator,
+        which a TRL run does not save). A public format never runs code from its folder, so `trust_remote_code`
+        applies to prmkit runs only, and loads straight in `dtype` (a prmkit run loads in fp32 to merge its adapter,
+        then is cast). `reuse_prefix` (default on) reads tokens that several
         chains of one call begin with once (`prmkit.scoring.prefix`); off, every chain is read whole."""
         model, tokenizer, metadata, reader = _load(
             folder, prm_format, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
-            tokens={"step_tag": step_tag, "good_token": good_token, "bad_token": bad_token})
+            dtype=resolve_dtype(dtype, resolve_device(device)),
+            tokens={"step_tag": step_tag, "good_token": good_token, "bad_token": bad_token,
+                    "step_separator": step_separator})
         limit = context_length(model.config)
         if max_length is not None:
             if max_length < 8:
@@ -113,6 +120,8 @@ class PRMScorer:
     @classmethod
     def from_options(cls, folder: str | Path, options: ScoringOptions, **kwargs) -> "PRMScorer":
         """`from_pretrained` with the settings of `prmkit score`, `prmkit eval` and `prmkit serve`."""
+        if options.step_separator is not None:
+            kwargs.setdefault("step_separator", options.step_separator)
         return cls.from_pretrained(folder, device=options.device, dtype=options.dtype, batch_size=options.batch_size,
                                    max_batch_tokens=options.max_batch_tokens, max_length=options.max_length,
                                    prm_format=options.prm_format, compile=options.compile, **kwargs)
@@ -358,33 +367,36 @@ def _leave_groups_for_kept(groups: list[tuple[int, list[int]]], rest: list[int],
 
 
 def _load(folder: str | Path, prm_format: str | None, *, trust_remote_code: bool, allow_pickle: bool,
-          tokens: dict[str, str]):
+          dtype: torch.dtype, tokens: dict[str, str]):
     """(model, tokenizer, metadata, reader) of a prmkit run or a public PRM (reader None for a prmkit run)."""
     ScoringOptions(prm_format=prm_format)  # raises on a format name it does not know
-    folder = model_folder(folder)
+    folder = model_folder(folder, allow_pickle)
     if prm_format is None:
         prm_format, why = detect_format(folder)
         if prm_format != "prmkit":  # a guess from the folder: say it, so a wrong one is seen and overridden
             print(f"prmkit: reading {folder} as a {prm_format} PRM (from its {why}); pass prm_format= "
                   "(--prm-format) to read it as another format", file=sys.stderr, flush=True)
     changed = {k: v for k, v in tokens.items() if v != getattr(ChainReader, k)}
-    if changed and prm_format not in ("math-shepherd", "rlhflow"):
-        raise PRMError(f"{', '.join(f'{k}={v!r}' for k, v in changed.items())} given for a {prm_format} PRM, "
-                       "which does not read it; these tokens are the math-shepherd and rlhflow formats'")
+    unread = [k for k in changed if prm_format not in READ_BY[k]]
+    if unread:
+        raise PRMError(f"{', '.join(f'{k}={changed[k]!r}' for k in unread)} given for a {prm_format} PRM, which does "
+                       "not read it; " + "; ".join(f"{k} is the {' and '.join(READ_BY[k])} format's" for k in unread))
     if prm_format == "prmkit":
         model, tokenizer, metadata = load_prm(folder, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
         return model, tokenizer, metadata, None
     reader = ChainReader(prm_format, **tokens)
-    model, tokenizer = load_public_prm(folder, reader, allow_pickle=allow_pickle)
-    return model, tokenizer, _public_metadata(folder, prm_format, context_length(model.config)), reader
+    model, tokenizer = load_public_prm(folder, reader, allow_pickle=allow_pickle, dtype=dtype)
+    return model, tokenizer, _public_metadata(folder, reader, context_length(model.config)), reader
 
 
-def _public_metadata(folder: str | Path, prm_format: str, context: int | None) -> PRMMetadata:
+def _public_metadata(folder: str | Path, reader: ChainReader, context: int | None) -> PRMMetadata:
     """What the scorer needs to know of a public PRM: its scores are probabilities (read as a bce run's), raw
-    completions are cut at blank lines, and it reads up to PUBLIC_MAX_LENGTH tokens or its context."""
+    completions are cut at blank lines (a trl PRM's at its step separator, as it read its steps in training), and
+    it reads up to PUBLIC_MAX_LENGTH tokens or its context."""
     max_length = min(PUBLIC_MAX_LENGTH, context or PUBLIC_MAX_LENGTH)
-    return PRMMetadata(base_model=str(folder), base_path=str(folder), finetune=prm_format, loss="bce",
-                       separator=SEPARATOR, max_length=max_length, label_scheme="binary")
+    separator = reader.step_separator if reader.name == "trl" and reader.step_separator else SEPARATOR
+    return PRMMetadata(base_model=str(folder), base_path=str(folder), finetune=reader.name, loss="bce",
+                       separator=separator, max_length=max_length, label_scheme="binary")
 
 
 def _head_in_fp32(model) -> None:
