@@ -223,3 +223,68 @@ def test_trl_prm_config_has_no_max_prompt_length(trl_side):
     fields = trl_side["config_fields"]
     assert {"max_length", "max_completion_length", "step_separator", "train_on_last_step_only"} <= set(fields)
     assert "max_prompt_length" not in fields
+
+
+def _knows_trl_format() -> bool:
+    from prmkit.scoring.formats import FORMATS
+
+    return "trl" in FORMATS
+
+
+@pytest.fixture(scope="module")
+def trl_trained(tmp_path_factory, tokenizers) -> tuple[Path, list[dict], dict]:
+    """A tiny PRM trained for 3 steps by TRL's PRMTrainer and saved as TRL saves it, the rows to score (a batch of
+    different lengths, one chain longer than the tiny model's context) and transformers' reference scores."""
+    from prmkit.data.synthetic import generate_records
+
+    root = tmp_path_factory.mktemp("trl-trained")
+    train = [_trl_row(r) for r in generate_records(16, seed=5)]
+    score = [_trl_row(r) for r in generate_records(5, seed=6)]
+    score.append({"prompt": "Add each number to itself.",
+                  "completions": [f"Step {k}: {k} + {k} = {2 * k}." for k in range(1, 61)], "labels": [True] * 60})
+    got = run_in_trl("trl_train.py", {"tokenizer": tokenizers["folders"]["bos"], "out": str(root / "prm"),
+                                      "train": train, "score": score, "seed": 0, "max_steps": 3})
+    return root / "prm", score, got
+
+
+def _trl_row(record: dict) -> dict:
+    return {"prompt": record["prompt"], "completions": record["completions"],
+            "labels": [bool(label) for label in record["labels"]]}
+
+
+def test_trl_trained_prm_folder_is_what_trl_saves(trl_trained):
+    folder, _, got = trl_trained
+    assert len(got["losses"]) == 3 and all(loss == loss for loss in got["losses"])  # trained, no NaN
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(got["saved"])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForTokenClassification"]
+    # transformers writes no id2label for the default two labels: a TRL PRM's folder says "two labels" by omission
+    assert len(config.get("id2label", {0: "LABEL_0", 1: "LABEL_1"})) == 2
+
+
+@pytest.mark.skipif(not _knows_trl_format(), reason="prmkit.scoring.formats has no 'trl' format yet")
+def test_trl_format_scores_equal_transformers_at_trl_label_positions(trl_trained):
+    from prmkit.scoring.scorer import PRMScorer
+
+    folder, rows, got = trl_trained
+    scorer = PRMScorer.from_pretrained(folder, prm_format="trl", device="cpu", batch_size=4)
+    scores = scorer.score_many([(row["prompt"], row["completions"]) for row in rows])
+    for index, (ours, reference, positions) in enumerate(zip(scores, got["scores"], got["positions"])):
+        assert len(positions) == len(rows[index]["completions"])
+        assert len(ours) == len(reference), f"row {index}: {len(ours)} scores for {len(reference)} steps"
+        # A causal model's score at a position reads no later token, so a chain cut by max_length keeps the
+        # scores of the steps it reads; the cut steps are None, and only at the end.
+        read = [score for score in ours if score is not None]
+        assert ours[:len(read)] == read, f"row {index}: a step without a score before a scored one"
+        assert read, f"row {index}: no step scored"
+        for step, (score, want) in enumerate(zip(read, reference)):
+            assert abs(score - want) <= TOL, f"row {index}, step {step}: prmkit {score} vs transformers {want}"
+    assert None in scores[-1], "the 60-step chain should be cut by the tiny model's context"
+
+
+@pytest.mark.skipif(not _knows_trl_format(), reason="prmkit.scoring.formats has no 'trl' format yet")
+def test_trl_trained_prm_is_detected_as_trl(trl_trained):
+    from prmkit.scoring.formats import detect_format
+
+    folder, _, _ = trl_trained
+    assert detect_format(folder)[0] == "trl"
