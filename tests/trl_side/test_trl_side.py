@@ -47,6 +47,18 @@ pytestmark = pytest.mark.skipif(not TRL_PYTHON.is_file(),
                                 reason="no TRL 1.13 environment (.venv-trl); create it with scripts/setup_trl.sh")
 
 
+def _knows_trl_format() -> bool:
+    from prmkit.scoring.formats import FORMATS
+
+    return "trl" in FORMATS
+
+
+def _has_trl_reader() -> bool:
+    from prmkit.scoring import formats
+
+    return hasattr(formats, "trl_tokenize_row")
+
+
 def run_in_trl(script: str, payload, timeout: float = 240) -> dict:
     """tests/trl_side/SCRIPT in .venv-trl with `payload` as JSON on stdin; the JSON object it prints last."""
     done = subprocess.run([str(TRL_PYTHON), str(SCRIPTS / script)], input=json.dumps(payload), text=True,
@@ -225,10 +237,27 @@ def test_trl_prm_config_has_no_max_prompt_length(trl_side):
     assert "max_prompt_length" not in fields
 
 
-def _knows_trl_format() -> bool:
-    from prmkit.scoring.formats import FORMATS
+@pytest.mark.skipif(not _has_trl_reader(), reason="prmkit.scoring.formats has no trl_tokenize_row yet")
+@pytest.mark.parametrize("name", [case.name for case in cases() if case.max_completion_length is None])
+def test_trl_format_reads_chains_as_trl_tokenized_them(name, trl_side, tokenizers):
+    """The `trl` scorer format's tokenization (prmkit's copy of TRL's, for PRMs TRL trained) is TRL's, with no
+    difference at all: the same ids and the same label positions, cut to max_length as TRL cuts."""
+    from prmkit.errors import PRMError
+    from prmkit.scoring.formats import ChainReader
 
-    return "trl" in FORMATS
+    case, trl, whole = next(item for item in trl_side["cases"] if item[0].name == name)
+    tokenizer, reader = tokenizers[case.tokenizer], ChainReader("trl", step_separator=case.separator)
+    prompt, steps = case.row["prompt"], case.row["completions"]
+    if EMPTY_SPAN in case.differences:  # TRL would misplace every later label; the reader refuses the chain
+        with pytest.raises(PRMError, match="no token"):
+            reader.tokenize(tokenizer, prompt, steps, NO_LIMIT)
+        return
+    untruncated = reader.tokenize(tokenizer, prompt, steps, NO_LIMIT)
+    assert (untruncated.input_ids, untruncated.step_positions) == (whole["input_ids"], trl_positions(whole))
+    if case.max_length is not None and "error" not in trl:
+        cut = reader.tokenize(tokenizer, prompt, steps, case.max_length)
+        assert cut.input_ids == trl["input_ids"]
+        assert cut.step_positions == [p for p in trl_positions(whole) if p < case.max_length]
 
 
 @pytest.fixture(scope="module")
