@@ -199,3 +199,22 @@ def test_correctness_from_labels_and_files_without_groups_say_why(tiny_run, tmp_
     assert "two or more samples" in splits["unique"]["within_problem"]["skipped"]
     assert splits["unique"]["best_of_n"] is None
     assert "no row says whether its sample is right" in splits["unlabelled"]["within_problem"]["skipped"]
+
+
+def test_a_sample_without_an_answer_votes_for_nothing_and_the_vote_is_still_reported(tiny_run, tmp_path):
+    from prmkit.evaluation.evaluate import evaluate
+    from prmkit.evaluation.options import EvalOptions
+    from prmkit.files import write_jsonl
+    from prmkit.scoring.options import ScoringOptions
+
+    rows = samples("What is 2 + 2?", [("2 + 2 = 4.", True, "4"), ("2 + 2 = 5.", False, "5"),
+                                      ("It is 5.", False, "5"), ("It is 4.", True, "4")]) \
+        + samples("What is 3 * 3?", [("3 * 3 = 9.", True, "9"), ("3 * 3 = 6.", False, "6"),
+                                     ("It is 9.", True, "9"), ("So 3 * 3 is", False, "")])
+    del rows[-1]["answer"]  # cut off before its answer, as a sample that ran out of tokens
+    write_jsonl(rows, tmp_path / "cut.jsonl")
+    result = evaluate(tiny_run, [tmp_path / "cut.jsonl"], EvalOptions(out=tmp_path / "e"),
+                      ScoringOptions(device="cpu"), progress=quiet).splits["cut"]["within_problem"]["by_n"]
+    assert "note" not in result and "best-of-N - majority vote" in result["versus_majority"]
+    # problem 1: a 2-2 tie between 4 and 5 (expected 0.5); problem 2: 9 has two votes, 6 one, the cut sample none
+    assert result["methods"]["majority vote"]["4"]["accuracy"] == pytest.approx(0.75)

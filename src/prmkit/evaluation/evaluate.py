@@ -123,7 +123,10 @@ def _all_steps_right(labels: list[float | None] | None) -> bool | None:
 
 
 def best_of_n_groups(split: Split) -> list[dict]:
-    """Problems with at least two candidates whose correctness is known (`sample_correctness`), in file order."""
+    """Problems with at least two candidates whose correctness is known (`sample_correctness`), in file order.
+    A sample without an answer (one cut off before it wrote one) votes for nothing, as in `prmkit search`; only a
+    split where no sample has an answer has no vote (`answers` None)."""
+    voted = any(chain.answer is not None for chain in split.chains)
     grouped: dict[str, list[tuple[Chain, bool]]] = {}
     for chain, correct in zip(split.chains, sample_correctness(split)[0]):
         if correct is not None:
@@ -133,7 +136,7 @@ def best_of_n_groups(split: Split) -> list[dict]:
         if len(members) >= 2:
             chains = [chain for chain, _ in members]
             answers = [c.answer for c in chains]
-            texts = None if any(a is None for a in answers) else [_answer_text(a) for a in answers]
+            texts = [None if a is None else _answer_text(a) for a in answers] if voted else None
             groups.append({"key": key, "correct": [correct for _, correct in members], "answers": texts,
                            "truncated": [is_truncated(c.scores) for c in chains],
                            "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})

@@ -172,7 +172,7 @@ def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> di
         result["majority_vote"] = float(np.mean([majority_accuracy(g["answers"], g["correct"]) for g in groups]))
     else:
         result["majority_vote"] = None
-        result["note"] = "majority vote skipped: some candidates have no 'answer'"
+        result["note"] = "majority vote skipped: the candidates have no 'answer'"
     result["prm"] = {how: float(np.mean([choice_accuracy(g["scores"][how], g["correct"], g.get("truncated"))
                                          for g in groups]))
                      for how in aggregations}

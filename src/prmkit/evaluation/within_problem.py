@@ -52,8 +52,8 @@ def n_values(smallest: int) -> list[int]:
 def problem_outcomes(groups: Sequence[dict], n: int, aggregation: str, rules: Sequence[str] = VOTE_RULES, *,
                      seed: int = SEED) -> dict[str, list[float]]:
     """Per method, each problem's expected correctness when it chooses among the problem's first n samples.
-    Majority vote, weighted best-of-N and the selection rules need every sample's answer; without them they are
-    left out."""
+    Majority vote, weighted best-of-N and the selection rules need the samples' answers (a sample without one
+    votes for nothing); a group without answers leaves them out."""
     heads = [{"correct": g["correct"][:n], "answers": None if g.get("answers") is None else g["answers"][:n],
               "truncated": (g.get("truncated") or [False] * len(g["correct"]))[:n],
               "scores": g["scores"][aggregation][:n], "seed": problem_seed(seed, g.get("key", index))}
@@ -97,7 +97,7 @@ def by_n(groups: Sequence[dict], aggregation: str = DEFAULT_AGGREGATION, rules: 
               "rule_settings": {rule: {name: setting.default for name, setting in SETTINGS[rule].items()}
                                 for rule in rules}}
     if MAJORITY not in methods:
-        result["note"] = ("majority vote, weighted best-of-N and the selection rules skipped: some samples have no "
+        result["note"] = ("majority vote, weighted best-of-N and the selection rules skipped: the rows have no "
                           "'answer' to vote with")
     return result
 
