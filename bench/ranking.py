@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from prmkit.evaluation.metrics import paired_bootstrap, within_problem_auroc  # noqa: E402
 from prmkit.evaluation.within_problem import within_problem_metrics  # noqa: E402
-from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, is_truncated  # noqa: E402
 
 PRIMARY = "min"  # the chain score whose within-problem AUROC chooses (prmkit's default aggregation)
@@ -67,7 +67,8 @@ def train(work: Path, name: str, loss: dict, steps: int) -> Path:
         return run
     config = work / f"train-{name}.json"
     write_json_atomic(config, prm_config(work, name, loss, steps))
-    resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) else []
+    # a run stopped before its first checkpoint has files but nothing to resume from: it starts again
+    resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) else ["--overwrite"]
     subprocess.run([sys.executable, "-m", "prmkit", "train", str(config), *resume], check=True)
     return run
 
@@ -83,18 +84,18 @@ def scored(run: Path, data: Path, cache: Path) -> list[dict]:
     steps = scorer.score_many([(r["prompt"], r["completions"]) for r in rows])
     out = [{"prompt": r["prompt"], "correct": bool(r["correct"]), "answer": r.get("answer"), "scores": s}
            for r, s in zip(rows, steps)]
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text("".join(json.dumps(r) + "\n" for r in out), encoding="utf-8")
+    write_jsonl(out, cache)  # atomic: a kill mid-write leaves no half file that a rerun would take as done
     return out
 
 
 def groups(chains: list[dict]) -> list[dict]:
     """One problem's samples per group, in file order, as prmkit eval builds them (evaluate.best_of_n_groups)."""
+    voted = any(c["answer"] is not None for c in chains)  # a sample without an answer votes for nothing
     by_prompt: dict[str, list[dict]] = {}
     for chain in chains:
         by_prompt.setdefault(chain["prompt"], []).append(chain)
     return [{"key": key, "correct": [c["correct"] for c in members],
-             "answers": None if any(c["answer"] is None for c in members) else [str(c["answer"]) for c in members],
+             "answers": [None if c["answer"] is None else str(c["answer"]) for c in members] if voted else None,
              "truncated": [is_truncated(c["scores"]) for c in members],
              "scores": {how: [aggregate(c["scores"], how) for c in members] for how in AGGREGATIONS}}
             for key, members in by_prompt.items() if len(members) >= 2]
@@ -134,19 +135,11 @@ def best_of_correct(problems: list[dict], how: str = PRIMARY, n: int = BEST_OF) 
     return {g["key"]: choice_accuracy(g["scores"][how][:n], g["correct"][:n], g["truncated"][:n]) for g in problems}
 
 
-def data_counts(work: Path) -> dict:
-    out = {}
-    for name, file in (("train", "prm-train.jsonl"), ("validation", "prm-eval.jsonl"),
-                       ("held_out", "prm-eval.jsonl")):
-        folder = work / ("held-out" if name == "held_out" else "val" if name == "validation" else name)
-        if name == "held_out":  # counted without reading its rows: only its line count before the choice
-            out[name] = {"rows": sum(1 for _ in (folder / file).open(encoding="utf-8"))}
-            continue
-        rows = read_jsonl(folder / file)
-        out[name] = {"rows": len(rows), "problems": len({r["prompt"] for r in rows}),
-                     "right": sum(bool(r["correct"]) for r in rows),
-                     "minimal_pairs": sum(r.get("source") == "minimal-pair" for r in rows)}
-    return out
+def data_counts(folder: Path, file: str) -> dict:
+    rows = read_jsonl(folder / file)
+    return {"rows": len(rows), "problems": len({r["prompt"] for r in rows}),
+            "right": sum(bool(r["correct"]) for r in rows),
+            "minimal_pairs": sum(r.get("source") == "minimal-pair" for r in rows)}
 
 
 def main(argv=None) -> dict:
@@ -157,7 +150,9 @@ def main(argv=None) -> dict:
               "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
               "preregistration": "bench/ranking_prereg.md", "settings": {"steps": args.steps, "primary": PRIMARY,
                                                                          "best_of": BEST_OF, **BOOTSTRAP},
-              "config": prm_config(work, "NAME", {}, args.steps), "data": data_counts(work), "validation": {}}
+              "config": prm_config(work, "NAME", {}, args.steps),
+              "data": {"train": data_counts(work / "train", "prm-train.jsonl"),
+                       "validation": data_counts(work / "val", "prm-eval.jsonl")}, "validation": {}}
     runs = {name: train(work, name, CONDITIONS[name], args.steps) for name in names}
     for name, run in runs.items():
         chains = scored(run, work / "val" / "prm-eval.jsonl", work / "scores" / f"val-{name}.jsonl")
@@ -170,6 +165,7 @@ def main(argv=None) -> dict:
     baseline = names[0]
     held = {name: scored(runs[name], work / "held-out" / "prm-eval.jsonl", work / "scores" / f"held-{name}.jsonl")
             for name in dict.fromkeys([baseline, chosen])}
+    result["data"]["held_out"] = data_counts(work / "held-out", "prm-eval.jsonl")
     report, problems = {}, {}
     for name, chains in held.items():
         report[name], problems[name] = evaluate(chains)

@@ -90,10 +90,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def onpolicy_problems(n: int, sft_chains: int) -> list[dict]:
-    """n problem rows (id, prompt, gold_answer, gold_steps) that no other split of the benchmark holds."""
+    """Up to n problem rows (id, prompt, gold_answer, gold_steps) that no other split of the benchmark holds. A split
+    drawn at another size is another pool (problems.small_number_problems), so bench/loop.py's evaluation problems,
+    drawn at its sizes, are also left out by prompt (the few that coincide are dropped, and the ids of the others
+    stay)."""
     others = {"sft": sft_chains, **{name: BENCHMARK_SPLIT_CAP for name in ("label", "held_out", "validation",
                                                                            "scale")}}
-    return problem_rows(disjoint_splits({**others, "onpolicy": n})["onpolicy"])
+    evaluation = {p["prompt"] for split, size in EVALUATION_SPLITS.items()
+                  for p in evaluation_problems(split, size, sft_chains)}
+    return [p for p in problem_rows(disjoint_splits({**others, "onpolicy": n})["onpolicy"])
+            if p["prompt"] not in evaluation]
 
 
 def evaluation_problems(split: str, n: int, sft_chains: int) -> list[dict]:
@@ -171,7 +177,8 @@ def training_rows(rows: list[dict], min_rate: float, max_rate: float, pairs: int
                   keep_all: bool = False) -> tuple[list, dict]:
     """The PRM training records of the sampled problems whose pass rate lies strictly between the bounds: each
     distinct sampled solution with its exact labels, and `pairs` minimal pairs of each right one; and counts.
-    keep_all: every problem and every sample (repeats included, as best-of-N draws them), for evaluation."""
+    keep_all: every problem and every sample (repeats included, as best-of-N draws them), for evaluation; a
+    sample with no step cannot be scored and is left out in both cases (counted as `samples_without_steps`)."""
     records, kept = [], 0
     for row in rows:
         rate = sum(s["correct"] for s in row["samples"]) / len(row["samples"])
@@ -193,6 +200,7 @@ def training_rows(rows: list[dict], min_rate: float, max_rate: float, pairs: int
     counts = {"problems_kept": kept, "rows": len(records), "policy_rows": policy_records,
               "minimal_pairs": len(records) - policy_records,
               "correct_rows": sum(bool(r["correct"]) for r in records), "steps": len(steps),
+              "samples_without_steps": sum(not s["steps"] for r in rows for s in r["samples"]),
               "wrong_steps": steps.count(0)}
     return records, counts
 

@@ -33,7 +33,7 @@ def test_problems_with_both_outcomes_are_kept_with_their_distinct_solutions_and_
         [("policy", True, [1, 1]), ("policy", False, [0, 0]), ("minimal-pair", False, records[2]["labels"])]
     assert records[2]["labels"] in ([0, 0], [1, 0]) and all(r["group"] == PROMPT for r in records)
     assert counts == {"problems_kept": 1, "rows": 3, "policy_rows": 2, "minimal_pairs": 1, "correct_rows": 1,
-                      "steps": 6, "wrong_steps": 4 - sum(records[2]["labels"])}
+                      "steps": 6, "samples_without_steps": 1, "wrong_steps": 4 - sum(records[2]["labels"])}
     # a band that keeps problems right at least half the time and below all the time, without pairs
     records, counts = onpolicy.training_rows(rows, 0.4, 1.0, pairs=0, seed=0)
     assert counts["problems_kept"] == 1 and counts["minimal_pairs"] == 0
@@ -51,12 +51,16 @@ def test_an_evaluation_file_keeps_every_problem_and_every_sample_as_drawn():
 
 
 def test_evaluation_problems_are_loops_and_never_training_problems():
-    training = {p["prompt"] for p in onpolicy.onpolicy_problems(50, 1000)}
+    training = {p["prompt"] for p in onpolicy.onpolicy_problems(2000, 1000)}
     validation = onpolicy.evaluation_problems("validation", 8, 1000)
     held_out = onpolicy.evaluation_problems("held_out", 8, 1000)
     assert len(validation) == len(held_out) == 8
     prompts = [p["prompt"] for p in validation + held_out]
-    assert len(set(prompts)) == 16 and not training & set(prompts)
+    assert len(set(prompts)) == 16
+    # every problem of loop's splits, which at 2,000 training problems the draw alone would hold one of each
+    everything = onpolicy.evaluation_problems("validation", 64, 1000) + onpolicy.evaluation_problems("held_out", 200,
+                                                                                                     1000)
+    assert not training & {p["prompt"] for p in everything}
     assert onpolicy.evaluation_problems("validation", 64, 1000)[:8] == validation
     with pytest.raises(ValueError, match="holds 64 problems"):
         onpolicy.evaluation_problems("validation", 65, 1000)
