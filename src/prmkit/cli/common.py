@@ -113,6 +113,22 @@ def generation_options(args: argparse.Namespace):
         enable_prefix_caching=args.enable_prefix_caching, gpu_memory_utilization=args.gpu_memory_utilization)
 
 
+def add_shard_flag(parser: argparse.ArgumentParser, output: str) -> None:
+    """--shard for the commands that split their problems over processes (label, search; prmkit.shards)."""
+    parser.add_argument("--shard", metavar="I/N",
+                        help=f"run shard I of N (0-based): batch b of --problems-per-batch problems goes to shard b "
+                             f"mod N, written to {output} with .shard-I-of-N before its suffix; join them with "
+                             f"prmkit merge {output} (default: RANK/WORLD_SIZE under torchrun, a SLURM array's or "
+                             "a Kubernetes indexed job's index, else one process; see docs/sharding.md)")
+
+
+def shard_lines(shard, output: str) -> tuple[str, str]:
+    """What a shard (prmkit.shards.Shard) says when it starts and when it ends."""
+    return (f"shard {shard} (from {shard.source}): batches b with b mod {shard.count} = {shard.index}, into "
+            f"{shard.file(output)}",
+            f"when all {shard.count} shards are done: prmkit merge {output}")
+
+
 def unescape(text: str) -> str:
     """`\\n`, `\\t` and `\\\\` typed on a command line as the characters they name (a step delimiter)."""
     out, i = [], 0

@@ -7,7 +7,14 @@ import argparse
 import sys
 
 from prmkit import display
-from prmkit.cli.common import add_generation_flags, generation_options, quiet_transformers, unescape
+from prmkit.cli.common import (
+    add_generation_flags,
+    add_shard_flag,
+    generation_options,
+    quiet_transformers,
+    shard_lines,
+    unescape,
+)
 from prmkit.labeling.options import AFTER_ERROR, LABEL_KINDS, METHODS, LabelOptions
 
 LABEL = LabelOptions()
@@ -51,6 +58,7 @@ def register(commands) -> None:
                        help="seconds per answer check; longer counts as wrong (default: %(default)s)")
     label.add_argument("--limit", type=int, default=LABEL.limit, help="label only the first N problems")
     label.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of continuing it")
+    add_shard_flag(label, "OUTPUT")
     add_generation_flags(label)
     label.set_defaults(func=cmd_label)
 
@@ -69,11 +77,16 @@ def cmd_label(args) -> int:
     from prmkit.labeling.problems import read_problems
     from prmkit.labeling.runner import label_file
 
+    from prmkit.shards import resolve_shard
+
     read_problems(args.input, options)  # bad rows are reported before a model is loaded
+    shard = resolve_shard(args.shard)
     quiet_transformers()
     from prmkit.generation import load_generator
 
     console = display.console()
+    if shard is not None:
+        console.print(shard_lines(shard, args.output)[0], highlight=False)
     generator = load_generator(args.policy, generation)
 
     def announce(budget) -> None:
@@ -82,7 +95,7 @@ def cmd_label(args) -> int:
 
     try:
         result = label_file(generator, args.input, args.output, options, progress=sys.stderr.isatty(),
-                            on_start=announce)
+                            on_start=announce, shard=shard)
     finally:
         generator.close()
     per_step = (f"; per labelled step {result.rollouts / result.steps:.1f} rollouts, "
@@ -102,4 +115,6 @@ def cmd_label(args) -> int:
         console.print(f"answer checks: {checks.timeouts} timed out and {checks.crashes} failed (counted wrong) of "
                       f"{checks.checked}", highlight=False)
     console.print(f"-> {result.output}{kept}", highlight=False)
+    if shard is not None:
+        console.print(shard_lines(shard, args.output)[1], highlight=False)
     return 0

@@ -10,9 +10,11 @@ from prmkit import display
 from prmkit.cli.common import (
     add_generation_flags,
     add_scoring_flags,
+    add_shard_flag,
     generation_options,
     quiet_transformers,
     scoring_options,
+    shard_lines,
     unescape,
 )
 from prmkit.errors import PRMError
@@ -76,6 +78,7 @@ def register(commands) -> None:
                         help="the gold answer's field (default: gold_answer, else answer; none: no accuracy)")
     search.add_argument("--limit", type=int, default=SEARCH.limit, help="search only the first N problems")
     search.add_argument("--overwrite", action="store_true", help="start OUT afresh instead of continuing it")
+    add_shard_flag(search, "OUT")
     add_generation_flags(search, device_flags=False)  # --device and --dtype: the scoring flags, for both
     search.set_defaults(gpu_memory_utilization=POLICY_GPU_MEMORY_UTILIZATION)  # the PRM needs the rest of the GPU
     add_scoring_flags(search)
@@ -139,6 +142,9 @@ def cmd_search(args) -> int:
     read_problems(args.data, options)  # bad rows are reported before the models load, not after
     if Path(args.out).suffix.lower() not in (".jsonl", ".ndjson"):
         raise PRMError(f"{args.out}: the output is JSON lines, one row per problem; give a .jsonl path")
+    from prmkit.shards import resolve_shard, shard_progress
+
+    shard = resolve_shard(args.shard)
     quiet_transformers()
     from prmkit.generation import load_generator
     from prmkit.scoring.scorer import PRMScorer
@@ -146,14 +152,16 @@ def cmd_search(args) -> int:
     from prmkit.search.run import run_search
 
     console = display.console()
+    if shard is not None:
+        console.print(shard_lines(shard, args.out)[0], highlight=False)
     # The policy before the PRM: vLLM starts its engine process by fork only while this process holds no CUDA
     # context, and a PRM loaded on the GPU first would create one.
     generator = load_generator(args.policy, generation)
     try:
         scorer = PRMScorer.from_options(args.run, scoring_options(args))
-        with display.progress_bar(sys.stderr.isatty(), "searching", unit="problems") as update:
+        with shard_progress(sys.stderr.isatty(), "searching", shard, unit="problems") as update:
             summary = run_search(scorer, generator, args.data, args.out, options, prm=str(Path(args.run).resolve()),
-                                 progress=lambda done, total: update(completed=done, total=total))
+                                 progress=lambda done, total: update(completed=done, total=total), shard=shard)
     finally:
         generator.close()
     where = f"; {summary.resumed} were already in {summary.out}" if summary.resumed else ""
@@ -171,6 +179,9 @@ def cmd_search(args) -> int:
                       f"answer) -> {summary.out}")
     else:
         console.print(f"no problem has a gold answer, so no accuracy -> {summary.out}")
+    if shard is not None:
+        budgets = "; the budget report is written by the merge" if options.budgets else ""
+        console.print(shard_lines(shard, args.out)[1] + budgets, highlight=False)
     return 0
 
 

@@ -20,11 +20,11 @@ from typing import Callable
 from prmkit.answers import AnswerChecker, CheckCounts, extract_answer, sample_answer
 from prmkit.data.problems import batches, derive_seed
 from prmkit.data.records import split_steps
-from prmkit.display import progress_bar
 from prmkit.generation.base import Generator
 from prmkit.labeling.methods import StepLabels, max_rollouts, plan
 from prmkit.labeling.options import LabelOptions
 from prmkit.labeling.problems import VOLATILE, Output, Problem, read_problems
+from prmkit.shards import Shard, ShardLog, check_rows, fingerprint, shard_progress
 
 GENERATION_KEYS = ("backend", "top_p", "generation_batch_size", "system_prompt")  # also decide the samples
 
@@ -85,9 +85,10 @@ def budget(problems: list[Problem], options: LabelOptions, max_new_tokens: int, 
 
 def label_file(generator: Generator, input_path: str | Path, output_path: str | Path,
                options: LabelOptions = LabelOptions(), *, progress: bool = False,
-               on_start: Callable[[Budget], None] | None = None) -> LabelResult:
+               on_start: Callable[[Budget], None] | None = None, shard: Shard | None = None) -> LabelResult:
     """Label the solutions of `input_path` (or sampled ones) into the JSONL file `output_path`, continuing it
-    when it holds records of the same settings. `on_start` gets the budget before any generation."""
+    when it holds records of the same settings. `on_start` gets the budget before any generation. With a `shard`,
+    only its batches are labelled, into its own file beside `output_path` (prmkit.shards)."""
     started = time.perf_counter()
     problems = read_problems(input_path, options)
     gen = generator.options
@@ -95,20 +96,26 @@ def label_file(generator: Generator, input_path: str | Path, output_path: str | 
                   "temperature": gen.temperature, "max_new_tokens": gen.max_new_tokens,
                   **{key: getattr(gen, key) for key in GENERATION_KEYS if hasattr(gen, key)}, **options.identity()}
     identity = {key: value for key, value in provenance.items() if key not in VOLATILE}
-    output = Output(output_path, identity, problems, overwrite=options.overwrite)
-    plan_budget = budget(problems, options, gen.max_new_tokens, done=len(output.done))
-    if on_start is not None:
-        on_start(plan_budget)
-    result = LabelResult(problems=len(problems), solutions=0, steps=0, kept=len(output.done), skipped=0, rollouts=0,
-                         tokens=0, seconds=0.0, output=str(output.path))
     per_batch = options.problems_per_batch
+    mine = problems if shard is None else [p for p in problems if shard.takes(p.index // per_batch)]
+    log = None if shard is None else _shard_log(shard, output_path, identity, problems, mine, options)
+    output = Output(output_path if shard is None else shard.file(output_path), identity, problems,
+                    overwrite=options.overwrite)
+    if log is not None:
+        check_rows(output.path, {row for row, _ in output.done}, {p.row for p in mine}, shard)
+        log.start()
+    plan_budget = budget(mine, options, gen.max_new_tokens, done=len(output.done)) if mine else None
+    if on_start is not None and plan_budget is not None:
+        on_start(plan_budget)
+    result = LabelResult(problems=len(mine), solutions=0, steps=0, kept=len(output.done), skipped=0, rollouts=0,
+                         tokens=0, seconds=0.0, output=str(output.path))
     last = output.last_batch(problems, per_batch)
     with AnswerChecker(workers=options.checker_workers, timeout=options.check_timeout) as checker, \
-            progress_bar(progress, "labelling", total=plan_budget.solutions, unit="solutions",
-                         extra="{task.fields[rollouts]:,} rollouts, {task.fields[tokens]:,} tokens",
-                         completed=len(output.done), rollouts=0, tokens=0) as update:
+            shard_progress(progress, "labelling", shard, total=plan_budget.solutions if plan_budget else 0,
+                           unit="solutions", extra="{task.fields[rollouts]:,} rollouts, {task.fields[tokens]:,} tokens",
+                           completed=len(output.done), rollouts=0, tokens=0) as update:
         for number, batch in batches(problems, per_batch):
-            if number < last or _complete(batch, output, options):
+            if (shard is not None and not shard.takes(number)) or number < last or _complete(batch, output, options):
                 continue
             units = _solutions(generator, batch, options, number, result)
             records = _label_batch(generator, checker, units, options, number, provenance, result)
@@ -118,8 +125,18 @@ def label_file(generator: Generator, input_path: str | Path, output_path: str | 
             result.steps += sum(len(r["completions"]) for r in fresh)
             update(advance=len(fresh), rollouts=result.rollouts, tokens=result.tokens)
         result.checks = checker.counts
+    if log is not None:
+        log.finish()
     result.seconds = round(time.perf_counter() - started, 2)
     return result
+
+
+def _shard_log(shard: Shard, output_path: str | Path, identity: dict, problems: list[Problem], mine: list[Problem],
+               options: LabelOptions) -> ShardLog:
+    read = fingerprint((p.row, p.text, p.gold, p.steps, p.id) for p in problems)
+    return ShardLog(shard, "label", output_path, settings=identity, assigned=len(mine),
+                    problems={"count": len(problems), "per_batch": options.problems_per_batch, "sha256": read},
+                    order=("row", "solution_index"), overwrite=options.overwrite)
 
 
 @dataclass

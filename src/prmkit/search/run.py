@@ -13,17 +13,19 @@ every method at every budget instead of one method's answer, and the accuracy ta
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from prmkit.answers import AnswerChecker
 from prmkit.data.problems import batches, derive_seed
+from prmkit.files import read_jsonl
 from prmkit.generation.base import Generator
 from prmkit.search.methods import budget_results, run_method
 from prmkit.search.options import SearchOptions
 from prmkit.search.problems import Output, Problem, read_problems
 from prmkit.search.report import budget_report
+from prmkit.shards import Shard, ShardLog, check_rows, fingerprint
 
 Progress = Callable[[int, int], None]  # (problems done, problems in all)
 
@@ -48,23 +50,30 @@ class SearchSummary:
 
 def run_search(scorer, generator: Generator, data: str | Path, out: str | Path,
                options: SearchOptions = SearchOptions(), *, prm: str = "", progress: Progress | None = None,
-               checker: AnswerChecker | None = None) -> SearchSummary:
+               checker: AnswerChecker | None = None, shard: Shard | None = None) -> SearchSummary:
     """Search every problem of `data` into the JSONL file `out` (continuing it when it holds rows of the same
-    search). `scorer` is a PRMScorer (anything with `score_many`), `generator` a prmkit Generator."""
+    search). `scorer` is a PRMScorer (anything with `score_many`), `generator` a prmkit Generator. With a `shard`,
+    only its batches are searched, into its own file beside `out`, and the budget report waits for the merge."""
     started = time.perf_counter()
     problems = read_problems(data, options)
     identity = {"method": "budgets" if options.budgets else options.method, "options": options.identity(),
                 "policy": generator.name, "prm": prm}
-    output = Output(out, identity, problems, overwrite=options.overwrite)
-    resumed = sum(1 for p in problems if p.row in output.done)
+    per_batch = options.problems_per_batch
+    mine = problems if shard is None else [p for i, p in enumerate(problems) if shard.takes(i // per_batch)]
+    log = None if shard is None else _shard_log(shard, out, identity, problems, mine, options)
+    output = Output(out if shard is None else shard.file(out), identity, problems, overwrite=options.overwrite)
+    if log is not None:
+        check_rows(output.path, set(output.done), {p.row for p in mine}, shard)
+        log.start()
+    resumed = sum(1 for p in mine if p.row in output.done)
     searched = tokens = 0  # this run's rows, and every token it generated (a rerun batch's kept rows' included)
     own_checker = checker is None
     checker = checker or AnswerChecker()
     try:
         if progress:
-            progress(resumed, len(problems))
-        for _, batch in batches(problems, options.problems_per_batch):
-            if all(p.row in output.done for p in batch):
+            progress(resumed, len(mine))
+        for number, batch in batches(problems, per_batch):
+            if (shard is not None and not shard.takes(number)) or all(p.row in output.done for p in batch):
                 continue
             seed = derive_seed(options.seed, "batch", batch[0].row)  # the batch's place, not what ran before
             rows = _search_batch(generator, scorer, batch, options, seed, identity)
@@ -74,19 +83,55 @@ def run_search(scorer, generator: Generator, data: str | Path, out: str | Path,
             output.append([row for row, _ in fresh])
             searched += len(fresh)
             if progress:
-                progress(resumed + searched, len(problems))
+                progress(resumed + searched, len(mine))
     finally:
         if own_checker:
             checker.close()
-    rows = [output.done[p.row] for p in problems if p.row in output.done]
+    if log is not None:
+        log.finish()
+    rows = [output.done[p.row] for p in mine if p.row in output.done]
     graded = [row for row in rows if row.get("gold_answer") is not None]
-    summary = SearchSummary(out=output.path, problems=len(problems), searched=searched, resumed=resumed,
+    summary = SearchSummary(out=output.path, problems=len(mine), searched=searched, resumed=resumed,
                             seconds=round(time.perf_counter() - started, 2), tokens=tokens, graded=len(graded),
                             correct=sum(1 for row in graded if row.get("correct")))
-    if options.budgets:
+    if options.budgets and shard is None:
         summary.report = budget_report(rows, options)
         summary.files = write_budget_files(summary.report, output.path)
     return summary
+
+
+def _shard_log(shard: Shard, out: str | Path, identity: dict, problems: list[Problem], mine: list[Problem],
+               options: SearchOptions) -> ShardLog:
+    """A search shard's provenance: the settings that decide a row, and the selection settings too, which the
+    merge's budget report applies (a one-process run's report applies them from its options)."""
+    settings = {**identity, "report": report_settings(options)}
+    read = fingerprint((p.row, p.text, p.gold, p.id) for p in problems)
+    return ShardLog(shard, "search", out, settings=settings, assigned=len(mine), order=("row",),
+                    problems={"count": len(problems), "per_batch": options.problems_per_batch, "sha256": read},
+                    overwrite=options.overwrite)
+
+
+def report_settings(options: SearchOptions) -> dict:
+    """The options a budget report reads, as JSON (a merge rebuilds them with `options_from_report`)."""
+    values = asdict(options)
+    for key in ("limit", "overwrite", "problem_field", "gold_field"):
+        values.pop(key)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def options_from_report(settings: dict) -> SearchOptions:
+    return SearchOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})
+
+
+def merged_budget_files(out: Path, settings: dict) -> tuple[dict, dict] | None:
+    """The budget report of a merged search (None for a one-method search), computed on the merged rows and
+    written beside them as a one-process run writes it."""
+    options = options_from_report(settings["report"])
+    if not options.budgets:
+        return None
+    rows = read_jsonl(out)
+    report = budget_report(rows, options)
+    return report, write_budget_files(report, out)
 
 
 def _search_batch(generator: Generator, scorer, problems: list[Problem], options: SearchOptions, seed: int,
