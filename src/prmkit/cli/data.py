@@ -1,4 +1,4 @@
-"""`prmkit data ...`: convert, validate, stats, split and synth, each a thin call into prmkit.data."""
+"""`prmkit data ...`: convert, recipe, validate, stats, split and synth, each a thin call into prmkit.data."""
 
 from __future__ import annotations
 
@@ -21,6 +21,26 @@ def register(commands) -> None:
     convert.add_argument("options", nargs="*", help="format options as key=value")
     convert.add_argument("--json", dest="json_out", metavar="FILE", help="also write the report as JSON")
     convert.set_defaults(func=cmd_convert)
+
+    recipe = sub.add_parser(
+        "recipe", help="build TRL's stepwise Math-Shepherd or PRM800K dataset, in TRL's layout and prmkit's",
+        description="Process raw Math-Shepherd or PRM800K rows as TRL's dataset scripts did (trl-lib/math_shepherd, "
+                    "trl-lib/prm800k) and write a folder ready for `hf upload OWNER/NAME OUT_DIR --repo-type "
+                    "dataset`: data/SPLIT.parquet in TRL's layout, prmkit/SPLIT.parquet as prmkit records, README.md "
+                    "(the dataset card).")
+    recipe.add_argument("recipe", metavar="RECIPE", help="math-shepherd or prm800k")
+    recipe.add_argument("out_dir", help="folder to write (data/, prmkit/, README.md)")
+    recipe.add_argument("--input", dest="inputs", action="append", default=[], metavar="[SPLIT=]PATH",
+                        help="raw rows: a file, a folder or a dataset id; name splits as train=FILE test=FILE "
+                             "(default for math-shepherd: peiyi9979/Math-Shepherd, split 95/5 as TRL did; prm800k: "
+                             "phase1_train.jsonl and phase1_test.jsonl of github.com/openai/prm800k, or their "
+                             "stepwise-critic parquet)")
+    recipe.add_argument("--layout", action="append", choices=["trl", "prmkit"],
+                        help="write only this layout (repeat for both; default both)")
+    recipe.add_argument("--test-size", type=float, help="test share of one unnamed input (TRL's: 0.05)")
+    recipe.add_argument("--seed", type=int, help="seed of that split (TRL's: 42)")
+    recipe.add_argument("--json", dest="json_out", metavar="FILE", help="also write the report as JSON")
+    recipe.set_defaults(func=cmd_recipe)
 
     for name, helptext in (("validate", "check every row of a file against the record contract"),
                            ("stats", "label, step and token-length statistics of a file")):
@@ -63,6 +83,16 @@ def cmd_convert(args) -> int:
     report = convert(args.source_format, args.input, args.output, **options)
     print(report.summary())
     write_json(args.json_out, report.to_dict())
+    return 0
+
+
+def cmd_recipe(args) -> int:
+    from prmkit.data.recipe_output import LAYOUTS, run_recipe
+
+    result = run_recipe(args.recipe, args.inputs, args.out_dir, layouts=args.layout or LAYOUTS,
+                        test_size=args.test_size, seed=args.seed)
+    print(result.summary())
+    write_json(args.json_out, result.to_dict())
     return 0
 
 
