@@ -127,7 +127,8 @@ class ChainReader:
             ids = tokenizer.encode(f"{self.good_token} {self.bad_token}", add_special_tokens=False)
             if len(ids) != 2:
                 raise PRMError(f"math-shepherd PRM: {self.good_token!r} and {self.bad_token!r} are not one token each "
-                               f"(they encode to {len(ids)} ids); give good_token/bad_token from the model's vocabulary")
+                               f"(they encode to {len(ids)} ids); give good_token/bad_token from the model's "
+                               "vocabulary")
             return [ids[1], ids[0]]
         return [tokenizer.encode(t, add_special_tokens=False)[-1] for t in (self.bad_token, self.good_token)]
 

@@ -1,8 +1,8 @@
 """Score chains with a trained PRM: every step of a chain in one forward pass, many chains per batch.
 
 Inputs go through `tokenize_chain`, the function training used, so a chain scores the same here as in training's
-evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow, a TRL-trained PRM) is read through its own format
-instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding
+evaluation. A public PRM's folder (Qwen2.5-Math-PRM, Math-Shepherd, RLHFlow, a PRM trained by TRL's PRMTrainer) is
+read through its own format instead (`prmkit.scoring.formats`), behind the same methods. Chains are sorted by length before batching so padding
 stays small, each batch is padded once, and the model has no LM head, so no vocabulary-sized logits are computed.
 Chains with one prompt (a best-of-N or GRPO group) read its tokens once (`prmkit.scoring.prefix`), and inside
 `kept_caches` (a tree search's rounds) a chain runs only the tokens after a chain scored by an earlier call
