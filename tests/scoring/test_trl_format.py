@@ -200,9 +200,16 @@ def test_the_step_separator_is_trls_default_unless_given(trl_llama, trl_qwen):
         empty.score(prompt, ["3 + 12 = 15.", "", "The answer is 15."])
 
 
-def test_a_causal_lm_read_as_trl_is_refused_not_scored_with_a_random_head(tiny_llama):
+def test_a_causal_lm_read_as_trl_is_refused_not_scored_with_a_random_head(tiny_llama, tmp_path):
     with pytest.raises(PRMError, match="trl PRM: .* lack 2 tensor\\(s\\) its config needs \\(score.bias, score.weight"):
         PRMScorer.from_pretrained(tiny_llama, device="cpu", prm_format="trl")
+    adapter = tmp_path / "lora-prm"  # what TRL's PRMTrainer saves with a peft_config: the adapter, no config.json
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_llama),
+                                                             "peft_type": "LORA", "task_type": "TOKEN_CLS"}))
+    for prm_format in (None, "trl"):
+        with pytest.raises(PRMError, match="a PEFT adapter .* merge it into its base once"):
+            PRMScorer.from_pretrained(adapter, device="cpu", prm_format=prm_format)
 
 
 def test_bf16_scores_stay_close_to_fp32(trl_llama):

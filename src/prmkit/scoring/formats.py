@@ -247,6 +247,13 @@ def _config(folder: Path) -> dict:
         raise PRMError(f"{folder}: no such folder; point to a prmkit run folder, checkpoint or export, or to a public "
                        "PRM's folder (or a hub model id, owner/name: hf download "
                        f"{folder} --local-dir prms/{folder.name})")
+    if not path.is_file() and (folder / "adapter_config.json").is_file():
+        # TRL's PRMTrainer with a peft_config saves only the adapter; its head is in it only with TOKEN_CLS
+        # (modules_to_save), so the adapter alone cannot say whether the base's head was trained
+        raise PRMError(f"{folder}: a PEFT adapter (adapter_config.json) and no config.json, as TRL's PRMTrainer saves "
+                       "a LoRA PRM; merge it into its base once and read the merged folder: PeftModel.from_pretrained("
+                       "AutoModelForTokenClassification.from_pretrained(BASE, num_labels=2), "
+                       f"'{folder}').merge_and_unload().save_pretrained(OUT), and save the tokenizer beside it")
     if not path.is_file():
         raise PRMError(f"{folder}: no prmkit.json and no config.json; point to a prmkit run folder, checkpoint or "
                        "export, or to a downloaded public PRM folder")
@@ -261,6 +268,7 @@ def load_public_prm(folder: str | Path, reader: ChainReader, *, allow_pickle: bo
     from prmkit.model import load_tokenizer, refuse_pickle_weights
 
     folder = Path(folder)
+    _config(folder)  # a missing folder, or one without config.json (a LoRA adapter), answered with the way out
     refuse_pickle_weights(folder, allow_pickle)
     tokenizer = load_tokenizer(str(folder))
     if reader.name == "trl":
