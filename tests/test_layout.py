@@ -20,6 +20,7 @@ ALLOWED = {
     "labeling": {"data", "generation"},
     "search": {"data", "generation", "scoring", "evaluation"},
     "rl": {"data", "scoring", "serving"},  # a policy trained on in-process or served step rewards; nothing imports rl
+    "trl": {"data", "training"},  # TRL's PRMTrainer arguments mapped onto a prmkit run; nothing imports trl
     "cli": set(),  # cli may import anything; nothing imports cli
 }
 
