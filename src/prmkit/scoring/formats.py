@@ -76,8 +76,10 @@ class ChainReader:
         else:
             ids, positions = self._rlhflow(tokenizer, prompt, steps)
         kept = [p for p in positions if p < max_length]
-        if self.name == "trl":  # TRL's own cut, input_ids[:max_length], right for any attention (a bidirectional
-            ids = ids[:max_length]  # encoder's scores depend on later tokens); for a causal LM the same scores
+        if self.name == "trl":
+            # TRL's own cut, input_ids[:max_length]: right for any attention, as an encoder's scores read later
+            # tokens too; for a causal LM it gives the same scores as the cut below
+            ids = ids[:max_length]
         else:  # causal attention: tokens after the last scored position cannot change a score, so they are not run
             ids = ids[:kept[-1] + 1] if kept else ids[:max_length]
         return TokenizedChain(input_ids=ids, labels=[], step_positions=kept, steps_kept=len(kept),
@@ -142,6 +144,7 @@ def trl_tokenize_row(tokenizer, prompt: str, steps: Sequence[str], step_separato
         separator_ids = tokenizer.encode(step_separator, add_special_tokens=False)
         completions_ids = [completion + separator_ids for completion in completions_ids]
         labels = [[-100] * (len(completion) - 1) + [label] for completion, label in zip(completions_ids, labels)]
+        completion_ids, labels = list(chain(*completions_ids)), list(chain(*labels))
         if tokenizer.bos_token_id is not None: prompt_ids = [tokenizer.bos_token_id] + prompt_ids
         input_ids = prompt_ids + completion_ids          # then completion_ids[:max_completion_length] and
         labels = [-100] * len(prompt_ids) + labels       # input_ids[:max_length]: a label past the cut is gone
