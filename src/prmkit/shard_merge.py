@@ -101,7 +101,7 @@ def check_shards(out: Path, count: int | None = None) -> list[dict]:
         records = out.with_name(f"{out.stem}.shard-{index}-of-{count}{out.suffix}")
         log = out.with_name(f"{out.stem}.shard-{index}-of-{count}.provenance.json")
         if not paths:
-            problems.append(f"shard {name}: not started (no {records.name}); {rerun.replace('again ', '')}")
+            problems.append(f"shard {name}: not started (no {records.name}); run its command with --shard {name}")
             continue
         if log.name not in paths or records.name not in paths:
             lacking = records.name if records.name not in paths else log.name
