@@ -4,10 +4,7 @@ and how to push and train on it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from prmkit.data.recipe_output import RecipeResult
+from prmkit.data.formats_base import ConversionReport
 
 TITLES = {"math-shepherd": "Math-Shepherd", "prm800k": "PRM800K"}
 ORIGINS = {
@@ -20,22 +17,24 @@ ORIGINS = {
 LICENCES = {"prm800k": "mit"}
 
 
-def dataset_card(result: "RecipeResult", configs: list[tuple[str, dict[str, str]]]) -> str:
+def dataset_card(recipe: str, splits: dict[str, list[dict]], reports: dict[str, ConversionReport],
+                 configs: list[tuple[str, dict[str, str]]]) -> str:
+    """README.md for a recipe's folder: `splits` are TRL's rows, `configs` (name, {split: file}) the layouts."""
     front = ["---", "tags:", "- trl", "- prmkit", "- process-reward-model"]
-    if result.recipe in LICENCES:
-        front.append(f"license: {LICENCES[result.recipe]}")
+    if recipe in LICENCES:
+        front.append(f"license: {LICENCES[recipe]}")
     front.append("configs:")
     for name, files in configs:
         front += [f"- config_name: {name}", "  data_files:"]
         for split, path in files.items():
             front += [f"  - split: {split}", f"    path: {path}"]
     front.append("---")
-    title = TITLES[result.recipe]
+    title = TITLES[recipe]
     body = [
         f"# {title}, stepwise (TRL's recipe)", "",
-        f"{ORIGINS[result.recipe]}", "",
-        f"Built with `prmkit data recipe {result.recipe}`, which processes the raw data as TRL's "
-        f"`examples/datasets/{result.recipe.replace('-', '_')}.py` did before TRL removed its PRM trainer, "
+        f"{ORIGINS[recipe]}", "",
+        f"Built with `prmkit data recipe {recipe}`, which processes the raw data as TRL's "
+        f"`examples/datasets/{recipe.replace('-', '_')}.py` did before TRL removed its PRM trainer, "
         "split as TRL split it, and writes them in two layouts:", "",
         "- `data/*.parquet` (the default config): TRL's stepwise-supervision layout, `prompt` (str), `completions` "
         "(list of str, one per step) and `labels` (list of bool, one per step).",
@@ -43,14 +42,14 @@ def dataset_card(result: "RecipeResult", configs: list[tuple[str, dict[str, str]
         "left out.", "",
         "## Processing", "",
     ]
-    choices = dict.fromkeys(choice for report in result.reports.values() for choice in report.choices)
+    choices = dict.fromkeys(choice for report in reports.values() for choice in report.choices)
     body += [f"- {choice}" for choice in choices]
-    skipped = {reason: n for report in result.reports.values() for reason, n in report.skipped.items()}
+    skipped = {reason: n for report in reports.values() for reason, n in report.skipped.items()}
     if skipped:
         body += ["", "Source rows left out, with the reason:", ""]
         body += [f"- {reason}: {n}" for reason, n in sorted(skipped.items())]
     body += ["", "## Splits", "", "| split | rows | steps | True | False |", "|---|---|---|---|---|"]
-    for split, rows in result.splits.items():
+    for split, rows in splits.items():
         labels = [label for row in rows for label in row["labels"]]
         body.append(f"| {split} | {len(rows)} | {len(labels)} | {sum(labels)} | {len(labels) - sum(labels)} |")
     body += ["", "## Use", "", "```bash",

@@ -139,7 +139,7 @@ def write_folder(result: RecipeResult, layouts: Sequence[str]) -> None:
             result.files.append(f"prmkit/{split}.parquet")
         configs.append(("prmkit" if configs else "default", {split: f"prmkit/{split}.parquet"
                                                               for split in result.splits}))
-    write_text_atomic(out / "README.md", dataset_card(result, configs))
+    write_text_atomic(out / "README.md", dataset_card(result.recipe, result.splits, result.reports, configs))
     result.files.append("README.md")
 
 
