@@ -7,6 +7,7 @@ the names in `differences` are the others, and the test asserts exactly those.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # The named differences (test_trl_side.py asserts each one where a case lists it, and the rest equal)
 PROMPT_SEPARATOR = "prompt-separator"  # prmkit: [bos] prompt SEP step SEP ...; TRL: [bos] prompt step SEP ...
@@ -19,6 +20,7 @@ UNLABELLED_STEP = "unlabelled-step"  # TRL fails on a None label; prmkit shows t
 EVAL_LAST_STEP = "eval-last-step"  # train_on_last_step_only: TRL's eval rows label every step; prmkit's the last
 EMPTY_SPAN = "empty-span"  # an empty step and an empty separator: TRL's labels lose step with the tokens
 
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "prm_format_samples"
 STEPS = ["Tom has 3 apples and buys 12 more.", "So he has 3 + 12 = 15 apples.", "The answer is 15."]
 
 
@@ -85,3 +87,18 @@ def cases() -> list[Case]:
         Case("empty step, empty separator", row("What is 3 + 12?", ["15", "", "So 15."], [True, False, True]),
              separator="", differences=(EMPTY_SPAN,)),
     ]
+
+
+def real_cases() -> list[Case]:
+    """Real rows, where ../shared/data is here: the Math-Shepherd and PRM800K samples through TRL's recipes
+    (`prmkit data recipe`), as TRL's users' datasets hold them."""
+    from prmkit.data.recipes import build
+    from prmkit.data.rows import read_rows
+
+    found = []
+    for recipe, name in (("math-shepherd", "samples_math-shepherd.jsonl"), ("prm800k", "samples_prm800k.jsonl")):
+        if (SAMPLES / name).is_file():
+            rows, _ = build(recipe, read_rows(SAMPLES / name), name)
+            found += [Case(f"{recipe} sample {number}", rows[number]) for number in range(0, len(rows), 4)
+                      if rows[number]["completions"]]
+    return found

@@ -32,6 +32,7 @@ from cases import (  # noqa: E402
     UNLABELLED_STEP,
     Case,
     cases,
+    real_cases,
 )
 from tiny_models import build_tokenizer  # noqa: E402
 
@@ -86,7 +87,7 @@ def trl_side(tokenizers) -> dict:
     """One run of TRL's code: "cases", each case with TRL's output for its settings and for its whole layout
     (untruncated, every step labelled), and "config_fields", the fields of TRL's PRMConfig."""
     folders = tokenizers["folders"]
-    ready = [_with_fitted_length(case, tokenizers[case.tokenizer]) for case in cases()]
+    ready = [_with_fitted_length(case, tokenizers[case.tokenizer]) for case in cases() + real_cases()]
     payload = [case.trl_payload(folders) for case in ready] + [case.trl_payload(folders, whole=True)
                                                                  for case in ready]
     got = run_in_trl("trl_tokenize.py", payload)
@@ -136,7 +137,7 @@ def trl_positions(result: dict) -> list[int]:
     return [i for i, label in enumerate(result["labels"]) if label != -100]
 
 
-@pytest.mark.parametrize("name", [case.name for case in cases()])
+@pytest.mark.parametrize("name", [case.name for case in cases() + real_cases()])
 def test_same_ids_and_label_positions_as_trl_but_for_the_named_differences(name, trl_side, tokenizers):
     case, trl, whole = next(item for item in trl_side["cases"] if item[0].name == name)
     tokenizer = tokenizers[case.tokenizer]
@@ -238,7 +239,7 @@ def test_trl_prm_config_has_no_max_prompt_length(trl_side):
 
 
 @pytest.mark.skipif(not _has_trl_reader(), reason="prmkit.scoring.formats has no trl_tokenize_row yet")
-@pytest.mark.parametrize("name", [case.name for case in cases() if case.max_completion_length is None])
+@pytest.mark.parametrize("name", [case.name for case in cases() + real_cases() if case.max_completion_length is None])
 def test_trl_format_reads_chains_as_trl_tokenized_them(name, trl_side, tokenizers):
     """The `trl` scorer format's tokenization (prmkit's copy of TRL's, for PRMs TRL trained) is TRL's, with no
     difference at all: the same ids and the same label positions, cut to max_length as TRL cuts."""
