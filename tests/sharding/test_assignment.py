@@ -77,3 +77,17 @@ def test_unclear_or_conflicting_launchers_are_refused_with_the_fix(environ, mess
 def test_a_bad_shard_flag_says_how_to_write_it(text):
     with pytest.raises(PRMError, match=rf"--shard='{text}': "):
         parse_shard(text)
+
+
+def test_under_torchrun_a_transformers_process_takes_the_gpu_of_its_local_rank(monkeypatch):
+    from prmkit.cli.common import launch_device
+
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert launch_device(None, "transformers") == "cuda:3" and launch_device("cuda", "transformers") == "cuda:3"
+    assert launch_device("cpu", "transformers") == "cpu"
+    assert launch_device(None, "vllm") is None  # vLLM runs where CUDA_VISIBLE_DEVICES points it
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert launch_device("cuda", "transformers") == "cuda"

@@ -129,6 +129,23 @@ def shard_lines(shard, output: str) -> tuple[str, str]:
             f"when all {shard.count} shards are done: prmkit merge {output}")
 
 
+def launch_device(requested: str | None, backend: str) -> str | None:
+    """The device of a label or search process. Under torchrun each process takes the GPU of its LOCAL_RANK, as
+    `prmkit score` does (scoring.distributed.rank_device): "cuda" alone is GPU 0 in every process. The vLLM
+    backend keeps what was asked: it runs where CUDA_VISIBLE_DEVICES points it (docs/sharding.md), and asking
+    torch about GPUs first would give this process the CUDA context that vLLM's fork must not inherit."""
+    from prmkit.device import launch_from_env
+
+    launch = launch_from_env()
+    if backend != "transformers" or not launch.distributed:
+        return requested
+    import torch
+
+    from prmkit.scoring.distributed import rank_device
+
+    return rank_device(requested, launch, torch.cuda.is_available())
+
+
 def unescape(text: str) -> str:
     """`\\n`, `\\t` and `\\\\` typed on a command line as the characters they name (a step delimiter)."""
     out, i = [], 0

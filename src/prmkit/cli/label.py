@@ -11,6 +11,7 @@ from prmkit.cli.common import (
     add_generation_flags,
     add_shard_flag,
     generation_options,
+    launch_device,
     quiet_transformers,
     shard_lines,
     unescape,
@@ -81,6 +82,7 @@ def cmd_label(args) -> int:
 
     read_problems(args.input, options)  # bad rows are reported before a model is loaded
     shard = resolve_shard(args.shard)
+    generation = generation.replace(device=launch_device(generation.device, generation.backend))
     quiet_transformers()
     from prmkit.generation import load_generator
 

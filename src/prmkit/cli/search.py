@@ -12,6 +12,7 @@ from prmkit.cli.common import (
     add_scoring_flags,
     add_shard_flag,
     generation_options,
+    launch_device,
     quiet_transformers,
     scoring_options,
     shard_lines,
@@ -145,6 +146,8 @@ def cmd_search(args) -> int:
     from prmkit.shards import resolve_shard, shard_progress
 
     shard = resolve_shard(args.shard)
+    args.device = launch_device(args.device, args.backend)  # --device is the PRM's and the policy's alike
+    generation = generation.replace(device=args.device)
     quiet_transformers()
     from prmkit.generation import load_generator
     from prmkit.scoring.scorer import PRMScorer
