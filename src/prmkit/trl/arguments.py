@@ -70,6 +70,8 @@ INSTEAD = {
     "bf16_full_eval": "evaluation runs under the training precision (bf16=True)",
     "fp16_full_eval": "evaluation runs under the training precision (fp16=True)",
     "run_name": "prmkit names the run after the last folder of output_dir",
+    "max_prompt_length": "TRL 1.13 has no such field (older TRL releases cut the prompt to it); prmkit keeps the "
+                         "whole prompt and cuts its start only as far as the first step needs to fit max_length",
 }
 GENERIC_INSTEAD = "prmkit's training has no such setting; remove it (docs/trl.md lists what is supported)"
 
@@ -177,10 +179,6 @@ def data_config(args: PRMConfig, *, context_length: int | None) -> tuple[dict, l
     elif context_length is not None and max_length > context_length:
         problems.append(f"max_length={max_length} but the model reads at most {context_length} tokens (its context); "
                         f"set max_length={context_length} or less")
-    if args.max_prompt_length is not None:
-        problems.append(f"max_prompt_length={args.max_prompt_length}: TRL 1.13 has no such field (older TRL "
-                        "releases cut the prompt to it); prmkit keeps the whole prompt and cuts its start only as far "
-                        "as needed for the first step to fit max_length; remove max_prompt_length")
     if args.max_completion_length is not None and args.max_completion_length <= 0:
         problems.append(f"max_completion_length={args.max_completion_length}: give a positive number of tokens, or "
                         "None")

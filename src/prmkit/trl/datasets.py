@@ -30,18 +30,15 @@ class CutReport:
 
 
 def dataset_rows(dataset, name: str) -> list[dict]:
-    """Rows of a `datasets.Dataset` (or a list of dicts) in TRL's stepwise layout, checked: a problem names
-    `name`, the row number and the field."""
+    """Rows of a `datasets.Dataset` (an IterableDataset is read whole; a list of dicts will do) in TRL's stepwise
+    layout, checked: a problem names `name`, the row number and the field."""
     if dataset is None:
         return []
     if isinstance(dataset, dict):  # a DatasetDict, or TRL's several named eval datasets
         raise PRMError(f"{name} is a dict ({', '.join(map(str, dataset))}): prmkit reads one dataset of rows; pass "
                        f"one of them (e.g. {name}=datasets[{next(iter(dataset), 'test')!r}])")
-    columns = getattr(dataset, "column_names", None)
-    if columns is None and hasattr(dataset, "__iter__") and not isinstance(dataset, (list, tuple)):
-        raise PRMError(f"{name} is a {type(dataset).__name__}: prmkit needs a Dataset it can read whole (an "
-                       "IterableDataset streams); load it without streaming=True")
-    if columns is not None and "input_ids" in columns:
+    columns = getattr(dataset, "column_names", None) or []
+    if "input_ids" in columns:
         raise PRMError(f"{name} is already tokenized (it has an input_ids column): prmkit tokenizes the prompt, "
                        "completions and labels columns itself, with the same function its scorer uses; pass the "
                        "untokenized dataset")

@@ -90,6 +90,7 @@ def _from_object(model, tokenizer, disable_dropout: bool) -> Base:
                        "the model itself), or merge the adapter first with model.merge_and_unload()")
     state = {name: tensor for name, tensor in model.state_dict().items()}
     config = model.config.__class__.from_dict(model.config.to_dict())
+    config.architectures = [type(model).__name__]  # what save_pretrained writes (and sets on the object's config)
     converted = None
     head = next((name for name in HEAD_NAMES if isinstance(getattr(model, name, None), torch.nn.Linear)), None)
     if head is not None:
