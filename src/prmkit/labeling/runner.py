@@ -6,7 +6,8 @@ generate call), their final answers are checked against the gold answers, and ea
 call (k samples per prefix); the rollouts' answers are checked and the counts go back to the plans; rounds repeat
 until every plan has its labels. Each generate call has its own seed, derived from the run's seed, the batch and
 the round, so a batch gives the same records whatever ran before it: a resumed run (see output.py) writes what an
-unbroken one would have.
+unbroken one would have, and a shard (prmkit.shards: batch b runs in shard b mod N, into a file of its own) writes
+the records one process writes for its batches.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ written is searched again whole, with its own seed, and only its missing rows ar
 depend on the other prompts of its generate calls, so the rows come out as an unbroken run writes them
 (prmkit.data.problems). With `budgets`, a row holds
 every method at every budget instead of one method's answer, and the accuracy table is written beside the output
-(prmkit.search.methods, prmkit.search.report).
+(prmkit.search.methods, prmkit.search.report). A shard (prmkit.shards) searches the batches b with b mod N = I
+into a file of its own; `prmkit merge` joins the shards and writes the budget report on the merged rows.
 """
 
 from __future__ import annotations
