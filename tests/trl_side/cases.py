@@ -19,6 +19,7 @@ SOFT_LABEL = "soft-label"  # TRL turns a label into int(label): 0.7 trains as 0;
 UNLABELLED_STEP = "unlabelled-step"  # TRL fails on a None label; prmkit shows the step without a label
 EVAL_LAST_STEP = "eval-last-step"  # train_on_last_step_only: TRL's eval rows label every step; prmkit's the last
 EMPTY_SPAN = "empty-span"  # an empty step and an empty separator: TRL's labels lose step with the tokens
+EMPTY_STEP = "empty-step"  # a step of no text or only spaces: prmkit's record check refuses it, TRL trains on it
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "prm_format_samples"
 STEPS = ["Tom has 3 apples and buys 12 more.", "So he has 3 + 12 = 15 apples.", "The answer is 15."]
@@ -65,7 +66,8 @@ def cases() -> list[Case]:
                             [True, False, True])),
         Case("unicode, no BOS", row("Σ 1..4 = ?", ["1+2+3+4 = 10 ∎", "Ответ: 10"], [True, True]),
              tokenizer="nobos"),
-        Case("empty and blank steps", row("What is 3 + 12?", ["", " ", "\t", "15"], [True, False, True, True])),
+        Case("empty and blank steps", row("What is 3 + 12?", ["", " ", "\t", "15"], [True, False, True, True]),
+             differences=(EMPTY_STEP,)),
         Case("one step", row("2 + 2?", ["4"], [True])),
         Case("long chain cut by max_length", row("Add each number to itself.", long_chain, [True] * 40),
              max_length=128, differences=(CUT_STEP_SHOWN,)),
@@ -85,7 +87,7 @@ def cases() -> list[Case]:
         Case("last step only, evaluation", row("What is 3 + 12?", STEPS, [True, True, False]), last_step_only=True,
              is_eval=True, differences=(EVAL_LAST_STEP,)),
         Case("empty step, empty separator", row("What is 3 + 12?", ["15", "", "So 15."], [True, False, True]),
-             separator="", differences=(EMPTY_SPAN,)),
+             separator="", differences=(EMPTY_SPAN, EMPTY_STEP)),
     ]
 
 

@@ -25,6 +25,7 @@ from cases import (  # noqa: E402
     COMPLETION_BUDGET,
     CUT_STEP_SHOWN,
     EMPTY_SPAN,
+    EMPTY_STEP,
     EVAL_LAST_STEP,
     PROMPT_CUT,
     SEPARATOR_SHIFT,
@@ -318,3 +319,45 @@ def test_trl_trained_prm_is_detected_as_trl(trl_trained):
 
     folder, _, _ = trl_trained
     assert detect_format(folder)[0] == "trl"
+
+
+def _has_drop_in() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("prmkit.trl") is not None and find_spec("prmkit.trl.datasets") is not None
+
+
+@pytest.mark.skipif(not _has_drop_in(), reason="prmkit.trl (the drop-in PRMTrainer) is not here yet")
+@pytest.mark.parametrize("name", [case.name for case in cases() + real_cases()])
+def test_drop_in_trainer_tokenizes_as_prmkit_with_trls_arguments(name, trl_side, tokenizers):
+    """prmkit.trl's PRMTrainer takes TRL's arguments (max_completion_length cuts whole steps, then prmkit's
+    tokenization with max_length); what it trains on must be what the comparison above expects of prmkit, and
+    a row it drops must be one where TRL trains on no step."""
+    from prmkit.trl.datasets import cut_completions, dataset_rows
+
+    from prmkit.errors import PRMError
+
+    case, trl, _ = next(item for item in trl_side["cases"] if item[0].name == name)
+    blank = [i for i, step in enumerate(case.row["completions"]) if not step.strip()]
+    assert bool(blank) == (EMPTY_STEP in case.differences)
+    if blank:  # prmkit's record contract refuses a step with no text, naming it; TRL trains on it
+        assert "error" not in trl and len(trl_positions(trl)) == len(case.row["completions"])
+        with pytest.raises(PRMError, match=rf"row 1, field 'completions\[{blank[0]}\]': is an empty step"):
+            dataset_rows([case.row], "train_dataset")
+        return
+    tokenizer = tokenizers[case.tokenizer]
+    sep = encode(tokenizer, case.separator) if case.separator else []
+    prompt_end = len(prompt_prefix(tokenizer)) + len(encode(tokenizer, case.row["prompt"]))
+    rows, cut = cut_completions(dataset_rows([case.row], "train_dataset"), tokenizer, separator=case.separator,
+                                limit=case.max_completion_length, last_step_only=case.last_step_only)
+    expected = tokenize_chain(tokenizer, case.row["prompt"], case.row["completions"], case.row["labels"],
+                              separator=case.separator, max_length=prmkit_budget(case, prompt_end, len(sep)),
+                              train_on_last_step_only=case.last_step_only)
+    if not rows:
+        assert cut.rows_dropped == 1 and "error" not in trl and trl_positions(trl) == []
+        return
+    row = rows[0]
+    got = tokenize_chain(tokenizer, row["prompt"], row["completions"], row["labels"], separator=case.separator,
+                         max_length=case.max_length or NO_LIMIT, train_on_last_step_only=case.last_step_only)
+    assert (got.input_ids, got.step_positions) == (expected.input_ids, expected.step_positions)
+    assert [got.labels[p] for p in got.step_positions] == [expected.labels[p] for p in expected.step_positions]
