@@ -42,6 +42,14 @@ def test_trls_documented_example_runs_with_only_the_import_changed(tiny_qwen2, r
     assert len(scores) == len(row["completions"]) and all(0.0 <= s <= 1.0 for s in scores)
     trainer.save_model()  # TRL scripts call it; the model is already in output_dir
 
+    from prmkit.cli import main
+    from prmkit.files import write_jsonl
+
+    write_jsonl(list(rows(6, seed=11)), tmp_path / "held_out.jsonl")
+    assert main(["eval", str(run), str(tmp_path / "held_out.jsonl"), "--out", str(tmp_path / "eval"),
+                 "--device", "cpu"]) == 0
+    assert "held_out" in json.loads((tmp_path / "eval" / "metrics.json").read_text())["splits"]
+
 
 def test_the_two_label_head_becomes_one_logit_with_the_same_step_scores(tiny_qwen2, rows, tmp_path):
     """P(label 1) of TRL's two-label head = sigmoid of the one logit prmkit starts from, at every token."""
