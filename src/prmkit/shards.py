@@ -210,12 +210,13 @@ class ShardLog:
 @contextmanager
 def shard_progress(enabled: bool, description: str, shard: Shard | None, *, total: float | None = None,
                    unit: str | None = None, extra: str | None = None, **fields) -> Iterator[Callable[..., None]]:
-    """`display.progress_bar` with the shard in its description. A shard whose stderr is no terminal (a SLURM log,
-    a pod's log), or that shares one with other processes of a launch (torchrun), prints a plain line every
-    LOG_EVERY seconds and at the end instead: live bars of several processes on one terminal overwrite each other."""
+    """`display.progress_bar` with the shard in its description, when `enabled`. A shard whose stderr is no
+    terminal (a SLURM log, a pod's log), or that shares one with other processes of a launch (torchrun), prints a
+    plain line every LOG_EVERY seconds and at the end instead: live bars of several processes on one terminal
+    overwrite each other, and a log has no use for a bar."""
     named = f"{description} shard {shard}" if shard else description
     launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if shard is None or (enabled and not launched):
+    if not enabled or shard is None or (sys.stderr.isatty() and not launched):
         with progress_bar(enabled, named, total=total, unit=unit, extra=extra, **fields) as update:
             yield update
         return

@@ -96,8 +96,9 @@ def cmd_label(args) -> int:
             console.print(line, highlight=False)
 
     try:
-        result = label_file(generator, args.input, args.output, options, progress=sys.stderr.isatty(),
-                            on_start=announce, shard=shard)
+        shown = sys.stderr.isatty() or shard is not None  # a shard's log gets progress lines (prmkit.shards)
+        result = label_file(generator, args.input, args.output, options, progress=shown, on_start=announce,
+                            shard=shard)
     finally:
         generator.close()
     per_step = (f"; per labelled step {result.rollouts / result.steps:.1f} rollouts, "

@@ -162,7 +162,8 @@ def cmd_search(args) -> int:
     generator = load_generator(args.policy, generation)
     try:
         scorer = PRMScorer.from_options(args.run, scoring_options(args))
-        with shard_progress(sys.stderr.isatty(), "searching", shard, unit="problems") as update:
+        shown = sys.stderr.isatty() or shard is not None  # a shard's log gets progress lines (prmkit.shards)
+        with shard_progress(shown, "searching", shard, unit="problems") as update:
             summary = run_search(scorer, generator, args.data, args.out, options, prm=str(Path(args.run).resolve()),
                                  progress=lambda done, total: update(completed=done, total=total), shard=shard)
     finally:

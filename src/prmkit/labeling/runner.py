@@ -89,7 +89,8 @@ def label_file(generator: Generator, input_path: str | Path, output_path: str | 
                on_start: Callable[[Budget], None] | None = None, shard: Shard | None = None) -> LabelResult:
     """Label the solutions of `input_path` (or sampled ones) into the JSONL file `output_path`, continuing it
     when it holds records of the same settings. `on_start` gets the budget before any generation. With a `shard`,
-    only its batches are labelled, into its own file beside `output_path` (prmkit.shards)."""
+    only its batches are labelled, into its own file beside `output_path` (prmkit.shards). `progress` shows a bar
+    on a terminal, or for a shard in a log, a line every 30 seconds."""
     started = time.perf_counter()
     problems = read_problems(input_path, options)
     gen = generator.options
