@@ -53,7 +53,8 @@ FIELD_VALUES = {
     "torch_compile_backend": "eager", "torch_compile_mode": "max-autotune", "eval_on_start": True,
     "auto_find_batch_size": True, "remove_unused_columns": False, "label_names": ["labels"],
     "length_column_name": "n", "lr_scheduler_kwargs": {"num_cycles": 2}, "include_for_metrics": ["inputs"],
-    "batch_eval_metrics": True, "bf16_full_eval": True, "max_prompt_length": 512, "fp16_full_eval": True, "run_name": "my-wandb-run",
+    "batch_eval_metrics": True, "bf16_full_eval": True, "max_prompt_length": 512, "fp16_full_eval": True,
+    "run_name": "my-wandb-run",
 }
 
 
@@ -128,10 +129,12 @@ def test_lora_settings_prmkit_carries_over_are_accepted(tiny_qwen2, rows, tmp_pa
 
     trainer = PRMTrainer(model=str(tiny_qwen2), args=PRMConfig(output_dir=str(tmp_path / "run")),
                          train_dataset=rows(4),
-                         peft_config=LoraConfig(r=4, lora_alpha=16, lora_dropout=0.1, target_modules=["v_proj", "q_proj"],
-                                                layers_to_transform=[1], modules_to_save=["score"]))
+                         peft_config=LoraConfig(r=4, lora_alpha=16, lora_dropout=0.1,
+                                                target_modules=["v_proj", "q_proj"], layers_to_transform=[1],
+                                                modules_to_save=["score"]))
     lora = trainer.config.lora
-    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules, lora.top_layers) == (4, 16, 0.1, ["q_proj", "v_proj"], 1)
+    assert (lora.r, lora.alpha, lora.dropout, lora.top_layers) == (4, 16, 0.1, 1)
+    assert lora.target_modules == ["q_proj", "v_proj"]
 
 
 @pytest.mark.parametrize("dataset_kind, named", [
@@ -142,7 +145,8 @@ def test_datasets_prmkit_cannot_read_are_refused_with_the_row(tiny_qwen2, rows, 
 
     data = {"dict": lambda: DatasetDict(train=rows(2)),
             "tokenized": lambda: Dataset.from_list([{"input_ids": [1, 2], "labels": [-100, 1]}]),
-            "bad_label": lambda: Dataset.from_list([{"prompt": "p", "completions": ["a", "b"], "labels": [1, 2]}])}[dataset_kind]()
+            "bad_label": lambda: Dataset.from_list([{"prompt": "p", "completions": ["a", "b"], "labels": [1, 2]}]),
+            }[dataset_kind]()
     message = refused(tiny_qwen2, rows, tmp_path, train_dataset=data)
     assert named in message and (dataset_kind != "bad_label" or "train_dataset" in message)
 
@@ -178,3 +182,16 @@ def test_every_mapped_field_is_a_field_of_prmconfig():
 
     names = {f.name for f in dataclasses.fields(PRMConfig)}
     assert set(MAPPED) <= names, set(MAPPED) - names
+
+
+def test_a_config_parsed_from_the_command_line_counts_only_what_was_given(tiny_qwen2, rows, tmp_path):
+    """TRL's scripts parse PRMConfig with HfArgumentParser, which passes some defaults in another spelling (False
+    for 'no', '' for []): those are not settings of the user's, and nothing is refused for them."""
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser(PRMConfig).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path / "run"), "--learning_rate", "3e-5", "--adam_beta1", "0.8"])
+    assert args.fields_set() == {"output_dir", "learning_rate", "adam_beta1"}
+    with pytest.raises(PRMError, match="1 argument") as caught:
+        PRMTrainer(model=str(tiny_qwen2), args=args, train_dataset=rows(4))
+    assert "adam_beta1=0.8" in str(caught.value)

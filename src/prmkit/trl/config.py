@@ -41,8 +41,10 @@ class PRMConfig(TrainingArguments):
                                                                           "tokenizes in the training process."})
 
     def __post_init__(self):
-        # What the user set, read before transformers normalises the values (strings become enums, and so on).
-        self._prmkit_set = {f.name for f in dataclasses.fields(self) if f.init and _differs(self, f)}
+        # What the user set: read before transformers normalises the values (a field it derives from another, such
+        # as eval_steps from logging_steps, is not the user's), and kept only where the normalised value differs
+        # from a default config's too (an argument parser passes False for 'no', "" for [], which mean the same).
+        raw = {f.name for f in dataclasses.fields(self) if f.init and _differs(self, f)}
         self._prmkit_precision_auto = self.bf16 is None and not self.fp16
         if self.bf16 is None:
             self.bf16 = False  # the precision itself is chosen by prmkit at training time (precision=auto)
@@ -52,6 +54,9 @@ class PRMConfig(TrainingArguments):
         super().__post_init__()
         self._prmkit_snapshot = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)
                                  if f.init}
+        reference = _reference(type(self))
+        self._prmkit_set = {name for name in raw if reference is None or name == "output_dir"
+                            or _unequal(self._prmkit_snapshot[name], reference[name])}
 
     def fields_set(self) -> set[str]:
         """The fields the user gave a value other than the default: at construction, or by assignment since."""
@@ -62,6 +67,17 @@ class PRMConfig(TrainingArguments):
     def precision_auto(self) -> bool:
         """Neither bf16 nor fp16 was chosen: prmkit picks the precision (bf16 autocast on a GPU, fp32 on a CPU)."""
         return self._prmkit_precision_auto and not (self.bf16 or self.fp16)
+
+
+_REFERENCES: dict[type, dict | None] = {}
+
+
+def _reference(cls: type) -> dict | None:
+    """The normalised field values of a default config of `cls` (None while that config itself is being built)."""
+    if cls not in _REFERENCES:
+        _REFERENCES[cls] = None
+        _REFERENCES[cls] = cls(output_dir="reference")._prmkit_snapshot
+    return _REFERENCES[cls]
 
 
 def _default(f: dataclasses.Field):

@@ -43,7 +43,7 @@ def dataset_rows(dataset, name: str) -> list[dict]:
                        "completions and labels columns itself, with the same function its scorer uses; pass the "
                        "untokenized dataset")
     rows = [{key: row[key] for key in COLUMNS if key in row} for row in dataset]
-    validate_records(rows, name)  # raises PRMError naming every bad row (prmkit's label rules: bool, 0/1, soft, -1/0/+1)
+    validate_records(rows, name)  # PRMError naming every bad row (prmkit's rules: bool, 0/1, soft, -1/0/+1)
     return rows
 
 
