@@ -83,6 +83,22 @@ def test_a_model_folder_given_as_a_string_trains(tiny_qwen2, rows, tmp_path):
         is not None
 
 
+def test_callbacks_run_beside_prmkits_own(tiny_qwen2, rows, tmp_path):
+    from transformers import TrainerCallback
+
+    from prmkit.trl import PRMConfig, PRMTrainer
+
+    class Steps(TrainerCallback):
+        seen: list[int] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seen.append(state.global_step)
+
+    args = PRMConfig(output_dir=str(tmp_path / "run"), max_steps=3, per_device_train_batch_size=4, max_length=256)
+    PRMTrainer(model=str(tiny_qwen2), args=args, train_dataset=rows(8), callbacks=[Steps()]).train()
+    assert Steps.seen == [1, 2, 3]
+
+
 def test_lora_through_peft_config_and_evaluate(tiny_qwen2, rows, tmp_path):
     from peft import LoraConfig
     from transformers import AutoModelForTokenClassification, AutoTokenizer

@@ -32,13 +32,6 @@ def test_each_trainer_argument_prmkit_cannot_honour_is_refused_by_name(tiny_qwen
     assert argument in refused(tiny_qwen2, rows, tmp_path, **{argument: value})
 
 
-def test_callbacks_are_refused_by_their_names(tiny_qwen2, rows, tmp_path):
-    from transformers import EarlyStoppingCallback
-
-    message = refused(tiny_qwen2, rows, tmp_path, callbacks=[EarlyStoppingCallback()])
-    assert "callbacks=[EarlyStoppingCallback]" in message and "report_to" in message
-
-
 def test_trls_own_default_collator_and_empty_callbacks_are_accepted(tiny_qwen2, rows, tmp_path):
     from transformers import AutoTokenizer, DataCollatorForTokenClassification
 

@@ -11,6 +11,7 @@ import pickle
 import time
 from functools import partial
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
@@ -254,10 +255,12 @@ def check_context_length(config: Config, base_path: str) -> None:
                        f"{limit} tokens (its context); set data.max_length={limit} or less")
 
 
-def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None = None) -> RunSummary:
+def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None = None,
+          callbacks: Sequence[TrainerCallback] = ()) -> RunSummary:
     """Train a PRM as `config` says; returns the run summary (also in RUN/summary.json). `fitted_head`, the result
     of `init_head_from_probe` on the same backbone and chains, saves fitting the probe again (the demo fits it
-    first to show where training starts)."""
+    first to show where training starts). `callbacks`: transformers TrainerCallbacks (classes or instances) run
+    beside prmkit's own, as a Trainer's `callbacks` argument runs them."""
     set_seed(config.training.seed)
     # Data and backbone problems are found before the run folder is touched, so a failed start leaves nothing behind.
     train_records, val_records, reports = load_splits(config)
@@ -344,7 +347,7 @@ def train(config: Config, *, overwrite: bool = False, fitted_head: dict | None =
         preprocess_logits_for_metrics=keep_head_output,
         metadata=metadata, head_lr=config.training.head_lr, distributed=config.distributed,
         ranking_weight=ranking, ranking_score=config.loss.ranking_score, train_siblings=train_siblings,
-        callbacks=[FinalStepFlow(config.training.best_metric)],
+        callbacks=[FinalStepFlow(config.training.best_metric), *callbacks],
     )
     show_training_progress(trainer)  # a bar on a terminal, a line per logging step in a log
     # config.yaml stays the config the run started with: every resume is checked against it, and summary.json lists

@@ -47,7 +47,7 @@ class PRMTrainer:
                            "names and defaults), e.g. PRMConfig(output_dir=...)")
         # Cheap checks first, so a refused argument never waits for the model to be written.
         problems = _refused_arguments(data_collator=data_collator, model_init=model_init,
-                                      compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
+                                      compute_metrics=compute_metrics, optimizers=optimizers,
                                       preprocess_logits_for_metrics=preprocess_logits_for_metrics)
         problems += refused_fields(args)
         train_rows = dataset_rows(train_dataset, "train_dataset")
@@ -59,6 +59,7 @@ class PRMTrainer:
                   "the same", file=sys.stderr, flush=True)
 
         self.args = args
+        self.callbacks = list(callbacks or ())  # run beside prmkit's own, as TRL's Trainer runs them
         self.base = prepare_base(model, processing_class, disable_dropout=args.disable_dropout)
         if self.base.converted:
             print(f"prmkit: model: {self.base.converted}; a step's score stays P(label 1)", file=sys.stderr, flush=True)
@@ -112,7 +113,7 @@ class PRMTrainer:
         config = _config({**self.config.model_dump(), "training": {**self.config.training.model_dump(),
                                                                    "resume": resume}})
         try:
-            self.summary = prmkit_train(config)
+            self.summary = prmkit_train(config, callbacks=self.callbacks)
         except PRMError as err:
             raise in_trl_terms(err) from None
         self._model = None
@@ -191,10 +192,6 @@ def _refused_arguments(**given) -> list[str]:
         problems.append("compute_metrics: prmkit's evaluation reports loss, accuracy, auroc, precision/recall/F1 and "
                         "calibration of the steps; for other metrics score the rows with "
                         "PRMScorer.from_pretrained(output_dir) or run `prmkit eval OUTPUT_DIR DATA`")
-    if given["callbacks"]:
-        names = ", ".join(type(c).__name__ if not isinstance(c, type) else c.__name__ for c in given["callbacks"])
-        problems.append(f"callbacks=[{names}]: prmkit's training loop takes no callbacks of yours; logging goes "
-                        "to args.report_to, the best checkpoint is kept with load_best_model_at_end")
     if any(x is not None for x in given["optimizers"] or ()):
         problems.append("optimizers: prmkit builds the optimizer and schedule itself; choose them with args.optim, "
                         "args.lr_scheduler_type, args.learning_rate and args.warmup_steps")
