@@ -188,3 +188,22 @@ def test_a_config_parsed_from_the_command_line_counts_only_what_was_given(tiny_q
     with pytest.raises(PRMError, match="1 argument") as caught:
         PRMTrainer(model=str(tiny_qwen2), args=args, train_dataset=rows(4))
     assert "adam_beta1=0.8" in str(caught.value)
+
+
+def test_a_field_transformers_fills_from_the_environment_is_refused_whatever_the_logging_level(monkeypatch):
+    """disable_tqdm's default comes from the logging level when a config is built; a quiet level must not make a
+    user's disable_tqdm=True look like the default."""
+    from transformers.utils import logging
+
+    from prmkit.trl import config as trl_config
+    from prmkit.trl.arguments import refused_fields
+
+    monkeypatch.setattr(trl_config, "_REFERENCES", {})
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        assert any(p.startswith("disable_tqdm=True") for p in refused_fields(PRMConfig(output_dir="x",
+                                                                                       disable_tqdm=True)))
+        assert refused_fields(PRMConfig(output_dir="y")) == []
+    finally:
+        logging.set_verbosity(level)

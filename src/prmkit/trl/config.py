@@ -55,8 +55,11 @@ class PRMConfig(TrainingArguments):
         self._prmkit_snapshot = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)
                                  if f.init}
         reference = _reference(type(self))
+        # A field whose default is None is filled in by transformers from the environment (disable_tqdm from the
+        # logging level at that moment), so a default config is no reference for it: giving a value is setting it.
+        unset_by_default = {f.name for f in dataclasses.fields(self) if f.init and _default(f) is None}
         self._prmkit_set = {name for name in raw if reference is None or name == "output_dir"
-                            or _unequal(self._prmkit_snapshot[name], reference[name])}
+                            or name in unset_by_default or _unequal(self._prmkit_snapshot[name], reference[name])}
 
     def fields_set(self) -> set[str]:
         """The fields the user gave a value other than the default: at construction, or by assignment since."""
