@@ -220,3 +220,18 @@ def test_data_convert_reads_a_raw_format_by_id(tmp_path, monkeypatch, capsys):
     assert [(r["prompt"], r["completions"], r["labels"]) for r in records] == [
         ("What is 2 + 3?", ["Step 1: 2 + 3 = 5.", "Step 2: The answer is 5."], [1.0, 1.0]),
         ("What is 4 * 2?", ["Step 1: 4 * 2 = 6."], [0.0])]
+
+
+def test_a_repository_folder_is_read_as_its_files_are_now(tmp_path, monkeypatch):
+    """datasets caches a local folder by its name: a folder rebuilt in place, or another folder of the same name,
+    must still give its own rows."""
+    # rows of the same shape and size, as a rebuilt dataset often has
+    flipped = [{**row, "labels": [not label for label in row["labels"]]} for row in STEPWISE]
+    for folder, rows in (("first", STEPWISE), ("second", flipped)):
+        hub_repo(tmp_path / folder, "ds", {"train": rows})
+        (tmp_path / folder / "ds" / "README.md").write_text(
+            "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n---\n")
+    assert [r.value for r in RowReader(str(tmp_path / "first" / "ds"))] == STEPWISE
+    assert [r.value for r in RowReader(str(tmp_path / "second" / "ds"))] == flipped
+    hub_repo(tmp_path / "first", "ds", {"train": flipped})  # rebuilt in place
+    assert [r.value for r in RowReader(str(tmp_path / "first" / "ds"))] == flipped

@@ -15,6 +15,7 @@ split, as in a `datasets` folder.
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,10 @@ def is_saved_dataset(folder: Path) -> bool:
 def read_hub_dataset(dataset: DatasetId, *, root: str | Path | None = None) -> list:
     """The rows of one split of a dataset on the hub, as plain Python values. `root` is a folder holding dataset
     repositories as `owner/name` folders (a mirror); None reads the hub, through datasets' cache."""
-    source = str(Path(root) / dataset.repo) if root is not None else dataset.repo
+    if root is not None:  # a local mirror: read as the folder it is
+        return read_repository_folder(Path(root) / dataset.repo, dataset.config, dataset.split, shown=str(dataset))
     try:
-        loaded = _load(source, dataset.config, str(dataset))
+        loaded = _load(dataset.repo, dataset.config, str(dataset))
     except PRMError:
         raise
     except Exception as err:  # connection, offline mode, not found, gated: datasets raises many unrelated types
@@ -65,18 +67,22 @@ def read_hub_dataset(dataset: DatasetId, *, root: str | Path | None = None) -> l
     return pick_split(loaded, dataset.split, str(dataset))
 
 
-def read_repository_folder(folder: Path, config: str | None, split: str | None) -> list:
-    """The rows of one split of a local folder laid out as a dataset repository."""
-    shown = f"{folder}" + (f":{config}" if config else "")
-    try:
-        loaded = _load(str(folder), config, shown)
-    except PRMError:
-        raise
-    except Exception as err:  # no data files, unreadable files: report what datasets says
-        raise PRMError(f"{folder}: a folder, but neither one written by datasets' save_to_disk nor a dataset "
-                       f"repository with data files ({_first_line(err)}); point to a .jsonl/.json/.parquet file "
-                       "or such a folder") from None
-    return pick_split(loaded, split, shown)
+def read_repository_folder(folder: Path, config: str | None, split: str | None, *, shown: str | None = None) -> list:
+    """The rows of one split of a local folder laid out as a dataset repository (`shown`: how errors name it)."""
+    shown = shown or f"{folder}" + (f":{config}" if config else "")
+    # datasets keys its cache of a local folder by the folder's name, not its files: a folder rebuilt in place, or
+    # another folder of the same name, would be answered with the rows cached before. A cache of this read alone
+    # reads the files as they are now.
+    with tempfile.TemporaryDirectory(prefix="prmkit-dataset-") as cache:
+        try:
+            loaded = _load(str(folder), config, shown, cache_dir=cache)
+        except PRMError:
+            raise
+        except Exception as err:  # no data files, unreadable files: report what datasets says
+            raise PRMError(f"{folder}: a folder, but neither one written by datasets' save_to_disk nor a dataset "
+                           f"repository with data files ({_first_line(err)}); point to a .jsonl/.json/.parquet "
+                           "file or such a folder") from None
+        return pick_split(loaded, split, shown)
 
 
 def pick_split(loaded, split: str | None, shown: str) -> list:
@@ -128,12 +134,12 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _load(source: str, config: str | None, shown: str):
+def _load(source: str, config: str | None, shown: str, cache_dir: str | None = None):
     """`datasets.load_dataset` for a hub id or a local repository folder: one code path for both."""
     import datasets
 
     try:
-        return datasets.load_dataset(source, name=config)
+        return datasets.load_dataset(source, name=config, cache_dir=cache_dir)
     except ValueError as err:  # a config missing or unknown: datasets lists the ones there are
         text = str(err)
         if "Config name is missing" not in text and "BuilderConfig" not in text:
