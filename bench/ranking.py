@@ -73,6 +73,14 @@ def train(work: Path, name: str, loss: dict, steps: int) -> Path:
     return run
 
 
+def training_log(run: Path) -> list[dict]:
+    """The logged losses of a run (the step loss with the ranking term, and the ranking term alone): whether the
+    PRM fits the within-problem order of its own training problems."""
+    state = json.loads((run / "trainer_state.json").read_text(encoding="utf-8"))
+    return [{key: entry[key] for key in ("step", "loss", "ranking_loss") if key in entry}
+            for entry in state["log_history"] if "loss" in entry]
+
+
 def scored(run: Path, data: Path, cache: Path) -> list[dict]:
     """Every chain of DATA with the PRM's step scores (kept in CACHE: scoring is the slow part of a rerun)."""
     if cache.is_file():
@@ -154,6 +162,7 @@ def main(argv=None) -> dict:
               "data": {"train": data_counts(work / "train", "prm-train.jsonl"),
                        "validation": data_counts(work / "val", "prm-eval.jsonl")}, "validation": {}}
     runs = {name: train(work, name, CONDITIONS[name], args.steps) for name in names}
+    result["training_log"] = {name: training_log(run) for name, run in runs.items()}
     for name, run in runs.items():
         chains = scored(run, work / "val" / "prm-eval.jsonl", work / "scores" / f"val-{name}.jsonl")
         result["validation"][name], _ = evaluate(chains)

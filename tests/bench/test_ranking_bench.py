@@ -51,6 +51,7 @@ def test_the_choice_is_written_before_the_held_out_file_is_read(tmp_path, monkey
 
     monkeypatch.setattr(ranking, "train", lambda work, name, loss, steps: work / "runs" / name)
     monkeypatch.setattr(ranking, "scored", fake_scored)
+    monkeypatch.setattr(ranking, "training_log", lambda run: [])
     result = ranking.main(["--work", str(tmp_path), "--out", str(out)])
     assert result["chosen"] == "B-ranking-0.5"
     assert [s for s in seen if s[0] == "held-out"] == [("held-out", "B-ranking-0.5")] * 2
