@@ -24,10 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from prmkit.evaluation.evaluate import best_of_n_groups  # noqa: E402
 from prmkit.evaluation.metrics import paired_bootstrap, within_problem_auroc  # noqa: E402
+from prmkit.evaluation.splits import Chain, Split  # noqa: E402
 from prmkit.evaluation.within_problem import within_problem_metrics  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
-from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, is_truncated  # noqa: E402
+from prmkit.scoring.aggregate import AGGREGATIONS  # noqa: E402
 
 PRIMARY = "min"  # the chain score whose within-problem AUROC chooses (prmkit's default aggregation)
 BEST_OF = 8
@@ -97,16 +99,10 @@ def scored(run: Path, data: Path, cache: Path) -> list[dict]:
 
 
 def groups(chains: list[dict]) -> list[dict]:
-    """One problem's samples per group, in file order, as prmkit eval builds them (evaluate.best_of_n_groups)."""
-    voted = any(c["answer"] is not None for c in chains)  # a sample without an answer votes for nothing
-    by_prompt: dict[str, list[dict]] = {}
-    for chain in chains:
-        by_prompt.setdefault(chain["prompt"], []).append(chain)
-    return [{"key": key, "correct": [c["correct"] for c in members],
-             "answers": [None if c["answer"] is None else str(c["answer"]) for c in members] if voted else None,
-             "truncated": [is_truncated(c["scores"]) for c in members],
-             "scores": {how: [aggregate(c["scores"], how) for c in members] for how in AGGREGATIONS}}
-            for key, members in by_prompt.items() if len(members) >= 2]
+    """One problem's samples per group, in file order: prmkit eval's own grouping (`evaluate.best_of_n_groups`)."""
+    split = Split("scored", Path("scored"), [Chain(c["prompt"], [], correct=c["correct"], answer=c["answer"],
+                                                   group=c["prompt"], scores=c["scores"]) for c in chains])
+    return best_of_n_groups(split)
 
 
 def summary(metrics: dict) -> dict:

@@ -6,7 +6,8 @@ per-round spread.
 
     bash scripts/setup_trl.sh && python bench/trl_dropin.py --rows 96 --rounds 3
 
-Reads ../shared/data (PRM800K phase-1 stepwise-critic rows) and the SmolLM2-135M folder prmkit converts once.
+Reads ../shared/data (PRM800K phase-1 stepwise-critic rows, flattened by the peers harness's prm800k_rows.py as in
+bench/peers.py) and the SmolLM2-135M folder prmkit converts once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -28,27 +28,12 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from common import backbone_path, sgemm_gflops  # noqa: E402
-from prmkit.files import write_json_atomic, write_jsonl  # noqa: E402
+from prmkit.files import write_json_atomic  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data" / "prm800k_phase1_stepwise" / "phase1_train_plus.stepwise-critic.parquet"
+SHARED = ROOT.parent / "shared"
+TRAIN_ROWS = SHARED / "data" / "prm800k_phase1_stepwise" / "phase1_train_plus.stepwise-critic.parquet"
 VENV = ROOT / ".venv-trl" / "bin" / "python"
 SYSTEMS = ("trl", "prmkit")
-
-
-def stepwise_rows(n: int, seed: int = 0) -> list[dict]:
-    """PRM800K phase-1 rows in TRL's stepwise layout: the rated prefix steps right, the rated step by its rating
-    (>= 0 right), as bench/peers uses them."""
-    import pandas as pd
-
-    rows = []
-    for r in pd.read_parquet(SHARED).itertuples():
-        if r.rating is None or r.rating != r.rating:
-            continue
-        prefix = [str(s) for s in r.responses]
-        rows.append({"prompt": r.instruction, "completions": prefix + [r.next_response],
-                     "labels": [True] * len(prefix) + [bool(r.rating >= 0)]})
-    random.Random(seed).shuffle(rows)
-    return rows[:n]
 
 
 def run(system: str, model: str, data: Path, max_length: int) -> dict:
@@ -69,6 +54,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M as prmkit converts it)")
+    parser.add_argument("--harness", type=Path, default=SHARED / "peers",
+                        help="the peers harness whose prm800k_rows.py makes the rows, as bench/peers.py uses it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "trl_dropin.json"))
     args = parser.parse_args(argv)
     if not VENV.is_file():
@@ -76,7 +63,8 @@ def main(argv=None) -> dict:
     model = args.model or backbone_path()
     with tempfile.TemporaryDirectory() as folder:
         data = Path(folder) / "rows.jsonl"
-        write_jsonl(stepwise_rows(args.rows), data)
+        subprocess.run([sys.executable, str(args.harness / "prm800k_rows.py"), str(TRAIN_ROWS), str(data),
+                        str(args.rows), "0"], check=True, capture_output=True)
         rounds = []
         for index in range(args.rounds):
             order = SYSTEMS if index % 2 == 0 else SYSTEMS[::-1]
@@ -89,7 +77,7 @@ def main(argv=None) -> dict:
                         for key in ("rows_per_s", "wall_s", "peak_rss_mb", "train_loss")} for system in SYSTEMS}
     per_round = [r["prmkit"]["rows_per_s"] / r["trl"]["rows_per_s"] for r in rounds]
     result = {"command": "python bench/trl_dropin.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "settings": vars(args) | {"model": model},
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "settings": vars(args) | {"model": model, "harness": str(args.harness)},
               "rounds": rounds, "medians": medians,
               "ratio": {"rows_per_s": round(medians["prmkit"]["rows_per_s"] / medians["trl"]["rows_per_s"], 3),
                         "rows_per_s_per_round": [round(x, 3) for x in per_round],
