@@ -13,6 +13,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 
 SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=512)
+# Chains every format is scored on: steps of several lengths, a right and a wrong answer.
+CHAINS = [
+    ("Tom has 3 apples and buys 12 more. How many apples?", ["3 + 12 = 15.", "He has 15 apples.", "The answer is 15."]),
+    ("She sells 4 boxes of 6 pens. How many pens?", ["4 * 6 = 24 pens.", "The answer is 24."]),
+    ("A rectangle is 3 by 8. What is its area?", ["Its area is 3 * 8 = 24.", "Step 1: 7 - 2 = 5.",
+                                                  "Each friend gets 20 / 4 = 5 cookies.", "The answer is 42."]),
+]
 # The released tokenizers' chat templates, cut to what these formats use (ChatML for Qwen, Llama 3's headers).
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")

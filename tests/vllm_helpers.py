@@ -3,12 +3,13 @@ CPU attention accepts. The tests that need vLLM are skipped, with the reason, wh
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from side_envs import run_side_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -22,12 +23,7 @@ CPU_MEMORY_SHARE = 0.15
 def run_in_vllm(script: str, payload: dict, timeout: float = 600) -> dict:
     """Run tests/vllm_scripts/SCRIPT in the vLLM environment with `payload` as JSON on stdin; returns the JSON
     object the script prints last (vLLM logs to stderr)."""
-    done = subprocess.run([str(VLLM_PYTHON), str(SCRIPTS / script)], input=json.dumps(payload), text=True,
-                          capture_output=True, timeout=timeout, cwd=REPO)
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.splitlines()[-40:])
-        raise AssertionError(f"{script} failed in .venv-vllm (exit {done.returncode}):\n{tail}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_side_script(VLLM_PYTHON, SCRIPTS / script, payload, timeout)
 
 
 def build_vllm_sized_llama(folder: Path, seed: int = 0) -> Path:

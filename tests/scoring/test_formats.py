@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from public_prms import build_causal_prm, build_qwen_prm
+from public_prms import CHAINS, build_causal_prm, build_qwen_prm
 from safetensors import safe_open
 from transformers import AutoTokenizer
 
@@ -19,13 +19,6 @@ from prmkit.scoring.formats import QWEN_SYSTEM, detect_format
 from prmkit.scoring.scorer import PRMScorer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # serve_helpers.LiveServer, for the server test
-
-CHAINS = [
-    ("Tom has 3 apples and buys 12 more. How many apples?", ["3 + 12 = 15.", "He has 15 apples.", "The answer is 15."]),
-    ("She sells 4 boxes of 6 pens. How many pens?", ["4 * 6 = 24 pens.", "The answer is 24."]),
-    ("A rectangle is 3 by 8. What is its area?", ["Its area is 3 * 8 = 24.", "Step 1: 7 - 2 = 5.",
-                                                  "Each friend gets 20 / 4 = 5 cookies.", "The answer is 42."]),
-]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from public_prms import SMALL
+from public_prms import CHAINS, SMALL
 from tiny_models import build_tokenizer
 from transformers import (
     AutoModelForTokenClassification,
@@ -28,13 +28,6 @@ from prmkit.scoring.formats import detect_format
 from prmkit.scoring.scorer import PRMScorer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # serve_helpers.LiveServer, for the server test
-
-CHAINS = [
-    ("Tom has 3 apples and buys 12 more. How many apples?", ["3 + 12 = 15.", "He has 15 apples.", "The answer is 15."]),
-    ("She sells 4 boxes of 6 pens. How many pens?", ["4 * 6 = 24 pens.", "The answer is 24."]),
-    ("A rectangle is 3 by 8. What is its area?", ["Its area is 3 * 8 = 24.", "Step 1: 7 - 2 = 5.",
-                                                  "Each friend gets 20 / 4 = 5 cookies.", "The answer is 42."]),
-]
 
 
 def tokenize_row(features, tokenizer, step_separator, max_length, max_completion_length, train_on_last_step_only,

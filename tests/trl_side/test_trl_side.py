@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from cases import (  # noqa: E402
     cases,
     real_cases,
 )
+from side_envs import run_side_script  # noqa: E402
 from tiny_models import build_tokenizer  # noqa: E402
 
 from prmkit.tokenize import IGNORE_INDEX, TokenizedChain, encode, prompt_prefix, tokenize_chain  # noqa: E402
@@ -63,12 +63,7 @@ def _has_trl_reader() -> bool:
 
 def run_in_trl(script: str, payload, timeout: float = 240) -> dict:
     """tests/trl_side/SCRIPT in .venv-trl with `payload` as JSON on stdin; the JSON object it prints last."""
-    done = subprocess.run([str(TRL_PYTHON), str(SCRIPTS / script)], input=json.dumps(payload), text=True,
-                          capture_output=True, timeout=timeout, cwd=REPO)
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.splitlines()[-40:])
-        raise AssertionError(f"{script} failed in .venv-trl (exit {done.returncode}):\n{tail}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_side_script(TRL_PYTHON, SCRIPTS / script, payload, timeout)
 
 
 @pytest.fixture(scope="module")
