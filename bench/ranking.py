@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from prmkit.evaluation.evaluate import best_of_n_groups  # noqa: E402
-from prmkit.evaluation.metrics import paired_bootstrap, within_problem_auroc  # noqa: E402
+from prmkit.evaluation.metrics import choice_accuracy, paired_bootstrap, within_problem_auroc  # noqa: E402
 from prmkit.evaluation.splits import Chain, Split  # noqa: E402
 from prmkit.evaluation.within_problem import within_problem_metrics  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
@@ -134,8 +134,6 @@ def per_problem_auroc(problems: list[dict], how: str = PRIMARY) -> dict[str, flo
 
 def best_of_correct(problems: list[dict], how: str = PRIMARY, n: int = BEST_OF) -> dict[str, float]:
     """Each problem's expected correctness of best-of-n (ties shared), as prmkit eval counts it."""
-    from prmkit.evaluation.metrics import choice_accuracy
-
     return {g["key"]: choice_accuracy(g["scores"][how][:n], g["correct"][:n], g["truncated"][:n]) for g in problems}
 
 
