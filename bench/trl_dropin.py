@@ -34,6 +34,7 @@ SHARED = ROOT.parent / "shared"
 TRAIN_ROWS = SHARED / "data" / "prm800k_phase1_stepwise" / "phase1_train_plus.stepwise-critic.parquet"
 VENV = ROOT / ".venv-trl" / "bin" / "python"
 SYSTEMS = ("trl", "prmkit")
+LAST_STEPS = 5  # the training loss where a run ends: the mean of its last five logged steps
 
 
 def run(system: str, model: str, data: Path, max_length: int) -> dict:
@@ -73,8 +74,13 @@ def main(argv=None) -> dict:
                 entry[system] = run(system, model, data, args.max_length)
                 print(json.dumps({"round": index, **entry[system]}), flush=True)
             rounds.append(entry)
+    for entry in rounds:
+        for system in SYSTEMS:
+            tail = entry[system]["losses"][-LAST_STEPS:]
+            entry[system]["last_steps_loss"] = round(sum(tail) / len(tail), 4)
     medians = {system: {key: statistics.median(r[system][key] for r in rounds)
-                        for key in ("rows_per_s", "wall_s", "peak_rss_mb", "train_loss")} for system in SYSTEMS}
+                        for key in ("rows_per_s", "wall_s", "peak_rss_mb", "train_loss", "last_steps_loss")}
+               for system in SYSTEMS}
     per_round = [r["prmkit"]["rows_per_s"] / r["trl"]["rows_per_s"] for r in rounds]
     result = {"command": "python bench/trl_dropin.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "settings": vars(args) | {"model": model, "harness": str(args.harness)},

@@ -27,12 +27,13 @@ rows = [json.loads(line) for line in open(data, encoding="utf-8")]
 tokenizer = AutoTokenizer.from_pretrained(model_dir)
 if tokenizer.pad_token is None:
     tokenizer.pad_token = tokenizer.eos_token
+torch.manual_seed(0)  # the new two-label head starts the same in both runs: the loss curves compare training alone
 model = AutoModelForTokenClassification.from_pretrained(model_dir, num_labels=2)
 model.config.pad_token_id = tokenizer.pad_token_id
 peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="TOKEN_CLS",
                          modules_to_save=["score"])
 args = PRMConfig(output_dir=out, per_device_train_batch_size=4, num_train_epochs=1, learning_rate=1e-4,
-                 logging_steps=5, save_strategy="no", max_length=max_length, report_to="none",
+                 logging_steps=1, save_strategy="no", max_length=max_length, report_to="none",
                  gradient_checkpointing=False, bf16=False, use_cpu=True, seed=0)
 trainer = PRMTrainer(model=model, args=args, processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
                      peft_config=peft_config)
@@ -41,4 +42,5 @@ result = trainer.train()
 seconds = time.perf_counter() - started
 print(json.dumps({"trainer": trainer_from, "rows": len(rows), "train_s": round(seconds, 2),
                   "rows_per_s": round(len(rows) / seconds, 3), "train_loss": result.training_loss,
+                  "losses": [round(e["loss"], 4) for e in trainer.state.log_history if "loss" in e],
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))

@@ -70,6 +70,49 @@ def test_the_two_label_head_becomes_one_logit_with_the_same_step_scores(tiny_qwe
     assert trainer.model.config.num_labels == 1 and model.config.num_labels == 2  # the user's object is untouched
 
 
+def test_adam_on_the_one_logit_at_twice_the_rate_takes_the_two_label_heads_steps():
+    """Why the drop-in trains a converted head at 2 x learning_rate: under Adam, TRL's two rows move by lr each in
+    opposite directions, so their difference (prmkit's one logit) moves by 2 lr. Same data, same starting head,
+    cross-entropy on two rows against BCE on their difference: the logits stay equal step after step."""
+    torch.manual_seed(0)
+    hidden, labels = torch.randn(24, 8) * 3, (torch.rand(24) < 0.8).long()
+    two = torch.nn.Linear(8, 2)
+    one = torch.nn.Linear(8, 1)
+    with torch.no_grad():
+        one.weight.copy_(two.weight[1:] - two.weight[:1])
+        one.bias.copy_(two.bias[1:] - two.bias[:1])
+    with torch.no_grad():
+        start = one(hidden)[:, 0].clone()
+    lr = 1e-2
+    adam_two, adam_one = torch.optim.Adam(two.parameters(), lr=lr), torch.optim.Adam(one.parameters(), lr=2 * lr)
+    for _ in range(20):
+        for optimizer, loss in (
+                (adam_two, torch.nn.functional.cross_entropy(two(hidden), labels)),
+                (adam_one, torch.nn.functional.binary_cross_entropy_with_logits(one(hidden)[:, 0], labels.float()))):
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        trl_logit = two(hidden)[:, 1] - two(hidden)[:, 0]
+        assert torch.allclose(one(hidden)[:, 0], trl_logit, atol=1e-5)
+        assert (trl_logit - start).abs().max() > 0.1  # the heads moved: equal after training, not merely at start
+
+
+def test_a_converted_head_trains_at_twice_the_learning_rate(tiny_qwen2, rows, tmp_path):
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from prmkit.trl import PRMConfig, PRMTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_qwen2))
+    two_labels = AutoModelForTokenClassification.from_pretrained(str(tiny_qwen2), num_labels=2)
+    converted = PRMTrainer(model=two_labels, args=PRMConfig(output_dir=str(tmp_path / "a"), learning_rate=3e-5),
+                           processing_class=tokenizer, train_dataset=rows(4))
+    assert converted.base.converted and converted.config.training.head_lr == 6e-5
+    as_is = PRMTrainer(model=str(tiny_qwen2), args=PRMConfig(output_dir=str(tmp_path / "b"), learning_rate=3e-5),
+                       train_dataset=rows(4))
+    assert not as_is.base.converted and as_is.config.training.head_lr is None  # a head of prmkit's own: one rate
+
+
 def test_a_model_folder_given_as_a_string_trains(tiny_qwen2, rows, tmp_path):
     from prmkit.scoring.scorer import PRMScorer
     from prmkit.trl import PRMConfig, PRMTrainer

@@ -90,6 +90,11 @@ class PRMTrainer:
         if lora:
             tree["lora"] = lora
         self.config = _config(tree)
+        if self.base.converted and not self.config.distributed.fsdp_flattens_parameters:
+            # TRL's two head rows get equal and opposite gradients, so Adam moves each by the learning rate and the
+            # logit they make (row 1 - row 0) by twice it; the one-logit head at twice the rate takes TRL's steps
+            tree["training"]["head_lr"] = 2 * args.learning_rate
+            self.config = _config(tree)
         self.processing_class = self.base.tokenizer
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.summary = None
