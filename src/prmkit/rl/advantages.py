@@ -13,6 +13,19 @@ character) and has a reward r_j. Within a group (the G completions of one prompt
 - rule `outcome` (plain GRPO): every token gets its completion's (r - mean) / (std + EPS) over the group's
   completion rewards; a group of one completion gets 0.
 
+Scale (`scale="rms"`, the default): the rules must move the policy by comparable amounts, or a comparison between
+them measures step size, not credit assignment. `outcome`'s advantages have unit scale (std 1 over the group), but
+`sum` adds up every later step's normalised reward, so a token early in a chain of four steps carries about four
+units, and `min` carries about one. So a group's `sum`/`min` token values are divided by their root mean square
+over all the group's tokens, sqrt(mean over tokens of v^2): afterwards their mean square is 1, the scale of
+`outcome`'s (r - mean) / std (to be exact, those have Bessel std 1, so mean square (G - 1) / G over the G
+completions, 0.875 at G = 8: a small factor beside sum's four). Tokens are what the policy-gradient loss sums over,
+so the per-token RMS is what sets the size of the update. One positive number per group changes no token's sign and
+no order within the group: what each rule prefers stays the rule's, only its step size is shared. A group whose
+values are all 0 (RMS below STD_ZERO: identical rewards) keeps them. The outcome term added under `outcome_weight`
+is not rescaled: it keeps its unit scale, so `outcome_weight=0.1` means a tenth of the process term's scale.
+`scale="none"` gives the unscaled values.
+
 The rules that make every token well defined (the trainer applies them before calling these functions):
 a completion with no step counts as one step with the floor reward that ends at its last token, so saying nothing
 never escapes the PRM; a step the PRM did not read (cut by its max_length, or past the size limits) gets the floor;
@@ -27,6 +40,7 @@ import math
 from collections.abc import Callable, Sequence
 
 RULES = ("sum", "min", "outcome")
+SCALES = ("rms", "none")  # how a group's process values are scaled (module docstring)
 STD_ZERO = 1e-8  # a spread below this is rounding: the rewards count as identical
 EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps), so `outcome` equals TRL's own advantages
 
@@ -143,17 +157,34 @@ def completion_steps(ids: Sequence[int], text: str, steps: Sequence[str], scores
     return rewards, token_ends(ids, char_ends(text, steps[:len(rewards)]), decode) or [0]
 
 
+def unit_rms(group: Sequence[Sequence[float]]) -> list[list[float]]:
+    """A group's token values divided by their root mean square over all its tokens, so their mean square is 1;
+    unchanged when every value is 0 (RMS below STD_ZERO), where there is nothing to scale."""
+    squares = [v * v for values in group for v in values]
+    rms = math.sqrt(sum(squares) / len(squares)) if squares else 0.0
+    if rms < STD_ZERO:
+        return [list(values) for values in group]
+    return [[v / rms for v in values] for values in group]
+
+
 def group_advantages(step_rewards: Sequence[Sequence[float]], ends: Sequence[Sequence[int]],
                      lengths: Sequence[int], outcomes: Sequence[float], rule: str,
-                     outcome_weight: float = 0.0) -> list[list[float]]:
+                     outcome_weight: float = 0.0, scale: str = "rms") -> list[list[float]]:
     """Per-token advantages of one group. `step_rewards[i]`/`ends[i]` are completion i's steps (at least one each),
     `outcomes[i]` its outcome reward. `sum`/`min` add `outcome_weight` x the normalised outcome to every token;
-    `outcome` uses the normalised outcome alone (the caller folds the PRM's chain reward into `outcomes`)."""
+    `outcome` uses the normalised outcome alone (the caller folds the PRM's chain reward into `outcomes`).
+    `scale="rms"` brings the `sum`/`min` values of the group to unit root mean square before the outcome term is
+    added (module docstring); `scale="none"` leaves them as the rule makes them."""
     if rule not in RULES:
         raise ValueError(f"advantage rule {rule!r} is not known; use one of {', '.join(RULES)}")
+    if scale not in SCALES:
+        raise ValueError(f"advantage scale {scale!r} is not known; use one of {', '.join(SCALES)}")
     outcome = normalize(outcomes)
     if rule == "outcome":
         return [[outcome[i]] * lengths[i] for i in range(len(lengths))]
     normed = normalize_steps(step_rewards)
-    return [[v + outcome_weight * outcome[i] for v in token_values(normed[i], ends[i], lengths[i], rule)]
-            if lengths[i] else [] for i in range(len(lengths))]
+    process = [token_values(normed[i], ends[i], lengths[i], rule) if lengths[i] else []
+               for i in range(len(lengths))]
+    if scale == "rms":
+        process = unit_rms(process)
+    return [[v + outcome_weight * outcome[i] for v in values] for i, values in enumerate(process)]
