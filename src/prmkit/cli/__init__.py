@@ -1,7 +1,8 @@
 """The `prmkit` command: parse arguments, call one library function, print the result.
 
 One module per command group (train.py: train, config, export, demo; data.py: data ...; score.py: score, eval;
-serve.py: serve; label.py; search.py; merge.py: merge, the shards of label and search), all sharing common.py.
+serve.py: serve; label.py; search.py; merge.py: merge, the shards of label and search; rl.py: rl-filter), all
+sharing common.py.
 Heavy libraries are imported inside the commands so `prmkit --help` answers at once.
 """
 
@@ -13,6 +14,7 @@ import sys
 from prmkit.cli import data as data_commands
 from prmkit.cli import label as label_commands
 from prmkit.cli import merge as merge_commands
+from prmkit.cli import rl as rl_commands
 from prmkit.cli import score as score_commands
 from prmkit.cli import search as search_commands
 from prmkit.cli import serve as serve_commands
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     search_commands.register(commands)
     label_commands.register(commands)
     merge_commands.register(commands)
+    rl_commands.register(commands)
     return parser
 
 
