@@ -214,3 +214,39 @@ def test_a_grpo_step_with_a_real_trained_prm_uses_its_step_scores(tiny_llama, ti
     assert len({s for chain in rewards for s in chain}) > 1
     for i, values in enumerate(expected):
         assert adv[i, :len(values)].tolist() == pytest.approx(values, abs=1e-4)
+
+
+@pytest.mark.parametrize("field, value, advice", [
+    ("scale_rewards", "none", r"always divides by the standard deviation within each group.*leave scale_rewards"),
+    ("scale_rewards", False, r"scale_rewards=False is not supported"),
+    ("scale_rewards", "batch", r"scale_rewards='batch' is not supported"),
+    ("reward_weights", [1.0], r"reward_weights=\[1.0\] is not supported.*outcome_weight="),
+    ("multi_objective_aggregation", "normalize_then_sum",
+     r"multi_objective_aggregation='normalize_then_sum' is not supported.*outcome_weight="),
+])
+def test_the_config_refuses_grpo_fields_the_trainer_would_ignore(tmp_path, field, value, advice):
+    from prmkit.rl import ProcessGRPOConfig
+
+    with pytest.raises(PRMError, match=advice):
+        ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **{field: value})
+    # TRL's defaults (and True, its spelling of "group") are what the trainer does, so they pass
+    ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, scale_rewards=True)
+
+
+def test_without_args_the_trainer_builds_a_process_grpo_config_as_trl_builds_its_default(tiny_llama, tmp_path,
+                                                                                         monkeypatch):
+    import transformers.training_args
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+
+    # TRL's default config asks for bf16, which TrainingArguments refuses on a machine without a GPU unless told
+    # use_cpu; pretend the GPU is there, as it is where the default would be used
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.chdir(tmp_path)
+    trainer = ProcessGRPOTrainer(model=str(tiny_llama), prm=FakePRM(), processing_class=AutoTokenizer.from_pretrained(
+        tiny_llama), train_dataset=Dataset.from_dict({"prompt": ["Tom has 3 apples."] * 8}))
+    assert isinstance(trainer.args, ProcessGRPOConfig)
+    assert trainer.args.output_dir == f"{tiny_llama.name}-GRPO" and trainer.args.advantage_rule == "sum"
+    assert trainer._correctness(["the answer is 5"], {}) is None  # where a plain GRPOConfig failed: outcome_weight

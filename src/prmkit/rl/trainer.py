@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import get_config_model_id
 
 from prmkit.answers import AnswerChecker, extract_answer
 from prmkit.data.records import split_steps
@@ -45,9 +46,28 @@ class ProcessGRPOConfig(GRPOConfig):
             problems.append(f"advantage_rule={self.advantage_rule!r} is not known; use one of {', '.join(RULES)}")
         if not self.outcome_weight >= 0:
             problems.append(f"outcome_weight={self.outcome_weight!r} is negative; use 0 (PRM only) or more")
+        problems += _inherited_problems(self)
         if problems:
             raise PRMError("; ".join(problems))
         super().__post_init__()
+
+
+def _inherited_problems(config: ProcessGRPOConfig) -> list[str]:
+    """GRPOConfig fields that shape TRL's per-completion advantages, which this trainer replaces: a value other than
+    TRL's default would be accepted and do nothing, so it is refused by name with what to use instead."""
+    problems = []
+    if config.scale_rewards not in ("group", True):  # TRL reads True as "group", False as "none"
+        problems.append(f"scale_rewards={config.scale_rewards!r} is not supported: ProcessGRPOTrainer always divides "
+                        "by the standard deviation within each group (TRL's default, 'group'); leave scale_rewards "
+                        "unset")
+    if config.reward_weights is not None:
+        problems.append(f"reward_weights={config.reward_weights!r} is not supported: the PRM is the trainer's one "
+                        "reward; weigh answer correctness against it with outcome_weight= instead")
+    if config.multi_objective_aggregation != "sum_then_normalize":
+        problems.append(f"multi_objective_aggregation={config.multi_objective_aggregation!r} is not supported: the "
+                        "PRM is the trainer's one reward, so there is nothing to aggregate; leave it unset and mix "
+                        "in answer correctness with outcome_weight=")
+    return problems
 
 
 class _StepScores:
@@ -80,7 +100,10 @@ class ProcessGRPOTrainer(GRPOTrainer):
         if "reward_funcs" in kwargs:
             raise PRMError("ProcessGRPOTrainer takes its reward from prm=; drop reward_funcs= (answer correctness "
                            "comes in through ProcessGRPOConfig(outcome_weight=..., answer_column=...))")
-        if args is not None and not isinstance(args, ProcessGRPOConfig):
+        if args is None:  # TRL's default, with the fields this trainer reads
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = ProcessGRPOConfig(f"{name.split('/')[-1]}-GRPO")
+        if not isinstance(args, ProcessGRPOConfig):
             raise PRMError(f"args is a {type(args).__name__}; use ProcessGRPOConfig, which adds advantage_rule")
         self.separator = prm.separator if prm.separator is not None else _run_separator(prm)
         self.prm = prm
