@@ -100,12 +100,12 @@ class ProcessGRPOTrainer(GRPOTrainer):
         if "reward_funcs" in kwargs:
             raise PRMError("ProcessGRPOTrainer takes its reward from prm=; drop reward_funcs= (answer correctness "
                            "comes in through ProcessGRPOConfig(outcome_weight=..., answer_column=...))")
+        if args is not None and not isinstance(args, ProcessGRPOConfig):
+            raise PRMError(f"args is a {type(args).__name__}; use ProcessGRPOConfig, which adds advantage_rule")
+        self.separator = prm.separator if prm.separator is not None else _run_separator(prm)
         if args is None:  # TRL's default, with the fields this trainer reads
             name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = ProcessGRPOConfig(f"{name.split('/')[-1]}-GRPO")
-        if not isinstance(args, ProcessGRPOConfig):
-            raise PRMError(f"args is a {type(args).__name__}; use ProcessGRPOConfig, which adds advantage_rule")
-        self.separator = prm.separator if prm.separator is not None else _run_separator(prm)
         self.prm = prm
         self._pending: dict | None = None
         self._checker: AnswerChecker | None = None
