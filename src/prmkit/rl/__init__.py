@@ -1,6 +1,7 @@
 """Policy optimisation with per-step PRM rewards: `ProcessGRPOTrainer` (TRL's GRPOTrainer with per-token
-advantages) and the pure advantage math in `advantages`. Needs TRL (`pip install prmkit[rl]`); nothing else in
-prmkit imports this package, so `import prmkit` works without TRL."""
+advantages), the pure advantage math in `advantages`, and `prompt_filter` (`prmkit rl-filter`: the prompts whose
+pass rate under the policy gives GRPO a reward spread). Only the trainer needs TRL (`pip install prmkit[rl]`), and
+nothing else in prmkit imports it, so `import prmkit` works without TRL."""
 
 from __future__ import annotations
 
