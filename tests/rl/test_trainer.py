@@ -10,6 +10,7 @@ trl = pytest.importorskip("trl", reason="TRL is not installed; the README's test
 from prmkit.data.records import split_steps
 from prmkit.errors import PRMError
 from prmkit.rl.advantages import char_ends, group_advantages, token_ends
+from prmkit.scoring.inputs import completion_text
 
 SEPARATOR = " "  # the tiny policy writes spaces often, so its completions have several steps of unequal length
 MAX_READ = 3  # the fake PRM "cuts" every step after the third, as max_length would
@@ -23,6 +24,7 @@ class FakePRM:
 
     def __init__(self):
         self.calls = 0
+        self.seen: list[str] = []  # every completion text the PRM was asked about
 
     @staticmethod
     def scores_of(text: str) -> list[float | None] | None:
@@ -31,7 +33,9 @@ class FakePRM:
 
     def step_scores_many(self, prompts, completions):
         self.calls += 1
-        return [self.scores_of(c) for c in completions]
+        texts = [completion_text(c) for c in completions]  # a chat message list reads as its content, as PRMReward's
+        self.seen += texts
+        return [self.scores_of(t) for t in texts]
 
 
 def expected_advantages(tokenizer, rows: list[list[int]], rule: str, g: int) -> list[list[float]]:
@@ -110,7 +114,7 @@ def test_a_completion_with_no_step_is_one_floor_step_and_unread_steps_get_the_fl
                          args=SimpleNamespace(outcome_weight=0.0, advantage_rule="sum"))
     texts = ["   ", "ab cdef gh ijk lm"]  # blank (no step); five steps of which the PRM reads three
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    pending = {"ids": ids, "scores": [prm.scores_of(t) for t in texts], "correct": None}
+    pending = {"ids": ids, "texts": texts, "scores": [prm.scores_of(t) for t in texts], "correct": None}
     rewards, ends, lengths, _, empty, cut, _correct = ProcessGRPOTrainer._per_completion(me, pending)
     assert rewards == [[0.0], [0.5, 1.0, 0.5, 0.0, 0.0]]  # len % 5 / 4 for "ab", "cdef", "gh"; floor after
     assert ends[0] == [len(ids[0]) - 1] and ends[1][-1] == len(ids[1]) - 1  # the floor step covers every token
@@ -250,3 +254,110 @@ def test_without_args_the_trainer_builds_a_process_grpo_config_as_trl_builds_its
     assert isinstance(trainer.args, ProcessGRPOConfig)
     assert trainer.args.output_dir == f"{tiny_llama.name}-GRPO" and trainer.args.advantage_rule == "sum"
     assert trainer._correctness(["the answer is 5"], {}) is None  # where a plain GRPOConfig failed: outcome_weight
+
+
+THOUGHTS = ["<think>\n3 + 12 = 15 so he has 15.\n</think>\n\nThe answer is 15.",
+            "<think>\nguess 7\n</think>\n\nHe has 7 apples, so the answer is 7.",
+            "<think>\n3 apples and 12 more: 3 + 12 = 15 apples.\n</think>\n\n15",
+            "The answer is 15 apples."]
+
+
+def thinking_rollouts(tokenizer, env_mask: bool = False):
+    """A TRL rollout_func that answers each prompt with THOUGHTS in turn: chosen completions through TRL's own
+    batch path, as a vLLM server's rollouts would come in."""
+    def rollout(prompts, trainer):
+        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=True)["input_ids"] for p in prompts]
+        completion_ids = [tokenizer(THOUGHTS[i % len(THOUGHTS)], add_special_tokens=False)["input_ids"]
+                          + [tokenizer.eos_token_id] for i in range(len(prompts))]
+        out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
+               "logprobs": [[0.0] * len(ids) for ids in completion_ids]}
+        if env_mask:
+            out["env_mask"] = [[1] * len(ids) for ids in completion_ids]
+        return out
+
+    return rollout
+
+
+def reasoning_tokenizer(folder):
+    """The tiny tokenizer with Qwen3's chat template and TRL's response parser for it, so TRL splits a completion's
+    <think> part out of its content (`reasoning_content`), as it does for a Qwen3 policy."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema, qwen3_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = qwen3_chat_template
+    return add_response_schema(tokenizer)
+
+
+def test_where_trl_parses_the_reasoning_out_the_prm_reads_the_decoded_text_its_rewards_land_on(tiny_llama,
+                                                                                              tmp_path,
+                                                                                              monkeypatch):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+
+    seen, parsed = [], []
+
+    class Recording(ProcessGRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            parsed.extend(completions)
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+        def _compute_loss(self, model, inputs):
+            seen.append({k: inputs[k].detach().clone() for k in ("advantages", "completion_ids", "completion_mask")})
+            return super()._compute_loss(model, inputs)
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL's warning that rollout_func is experimental
+    tokenizer = reasoning_tokenizer(tiny_llama)
+    prm = FakePRM()
+    args = ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=4,
+                             num_generations=4, max_completion_length=64, logging_steps=1, report_to=[],
+                             save_strategy="no", seed=0, bf16=False, advantage_rule="sum")
+    prompt = [{"role": "user", "content": "Tom has 3 apples and buys 12 more. How many apples?"}]
+    trainer = Recording(model=AutoModelForCausalLM.from_pretrained(tiny_llama), prm=prm, args=args,
+                        train_dataset=Dataset.from_dict({"prompt": [prompt] * 4}), processing_class=tokenizer,
+                        rollout_func=thinking_rollouts(tokenizer))
+    trainer.train()
+
+    # TRL handed the reward function the parsed responses: the reasoning split out of the content
+    assert sum("reasoning_content" in c[0] for c in parsed) == 3
+    adv, ids, mask = seen[0]["advantages"], seen[0]["completion_ids"], seen[0]["completion_mask"]
+    rows = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    decoded = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
+    assert sorted(prm.seen) == sorted(decoded) == sorted(THOUGHTS)  # the text whose steps get the rewards
+    for i, values in enumerate(expected_advantages(tokenizer, rows, "sum", g=4)):
+        assert adv[i, :len(values)].tolist() == pytest.approx(values, abs=1e-5)
+
+
+def test_completions_that_hold_text_the_policy_did_not_write_are_refused(tiny_llama, tmp_path, monkeypatch):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        return a + b
+
+    for name, value in (("tools", [add]), ("environment_factory", object)):
+        with pytest.raises(PRMError, match=f"does not take {name}=: .*the PRM would score the tools' text"):
+            ProcessGRPOTrainer(model=str(tiny_llama), prm=FakePRM(), **{name: value})
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL's warning that rollout_func is experimental
+    tokenizer = reasoning_tokenizer(tiny_llama)
+    args = ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=4,
+                             num_generations=4, max_completion_length=64, report_to=[], save_strategy="no", seed=0,
+                             bf16=False)
+    prompt = [{"role": "user", "content": "Tom has 3 apples and buys 12 more. How many apples?"}]
+    trainer = ProcessGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_llama), prm=FakePRM(), args=args,
+                                 train_dataset=Dataset.from_dict({"prompt": [prompt] * 4}), processing_class=tokenizer,
+                                 rollout_func=thinking_rollouts(tokenizer, env_mask=True))
+    with pytest.raises(PRMError, match="rollout_func returned an env_mask"):
+        trainer.train()

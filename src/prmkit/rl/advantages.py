@@ -39,6 +39,9 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
+from prmkit.errors import PRMError
+from prmkit.scoring.aggregate import floor_steps
+
 RULES = ("sum", "min", "outcome")
 SCALES = ("rms", "none")  # how a group's process values are scaled (module docstring)
 STD_ZERO = 1e-8  # a spread below this is rounding: the rewards count as identical
@@ -149,12 +152,19 @@ def completion_steps(ids: Sequence[int], text: str, steps: Sequence[str], scores
                      floor: float, decode: Callable[[Sequence[int]], str]) -> tuple[list[float], list[int]]:
     """A completion's step rewards and their end tokens, by the defined cases: a step the PRM did not read (None
     or NaN, or a step past the scores it returned) gets `floor`, and a completion with no step is one floor step
-    that ends at its last token. `steps` are the completion's pieces of `text` (the policy's decoded `ids`)."""
-    rewards = [floor if s is None or math.isnan(s) else float(s) for s in (scores or [])]
+    that ends at its last token. `steps` are the completion's pieces of `text` (the policy's decoded `ids`).
+
+    More scores than steps means the PRM read another text, or cut it at another separator, than the one whose
+    steps receive the rewards: no step could be matched to its score, so that is an error, never a guess."""
+    if scores is not None and len(scores) > len(steps):
+        raise PRMError(f"the PRM returned {len(scores)} step scores for a completion of {len(steps)} steps "
+                       f"({text[:80]!r}): it scored another text, or cut it at another separator, than the one the "
+                       "rewards are placed on; score the decoded completion, cut at the trainer's separator")
+    rewards = floor_steps(scores or [], floor)
     rewards += [floor] * (len(steps) - len(rewards))
     if not rewards:
         rewards, steps = [floor], [text]
-    return rewards, token_ends(ids, char_ends(text, steps[:len(rewards)]), decode) or [0]
+    return rewards, token_ends(ids, char_ends(text, steps), decode) or [0]
 
 
 def unit_rms(group: Sequence[Sequence[float]]) -> list[list[float]]:

@@ -70,22 +70,39 @@ def _inherited_problems(config: ProcessGRPOConfig) -> list[str]:
     return problems
 
 
+def _decoder(processing_class):
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+
+    def decode(ids) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)  # as TRL decodes completions
+
+    return decode
+
+
 class _StepScores:
     """The trainer's reward function: asks the PRM for every completion's step scores once, keeps them (and the
-    answers' correctness) for the advantages, and returns the PRM's chain reward for TRL to log."""
+    answers' correctness) for the advantages, and returns the PRM's chain reward for TRL to log.
+
+    The PRM reads the policy's tokens decoded, the text whose steps receive the rewards, not TRL's `completions`:
+    where TRL parses a conversational response (a reasoning part or tool calls split out of the content) those
+    are another text, and its step scores would land on other steps of the decoded one. Answer correctness is
+    checked on TRL's `completions`, where a parsed response's answer is its content."""
 
     def __init__(self, trainer: ProcessGRPOTrainer, prm):
         self.trainer, self.prm = trainer, prm
         self.__name__ = getattr(prm, "__name__", "prm")
 
     def __call__(self, prompts, completions, completion_ids=None, **columns) -> list[float]:
-        scores = self.prm.step_scores_many(prompts, completions)
+        assert completion_ids is not None, "TRL passes every reward function the completion ids"
+        decode = _decoder(self.trainer.processing_class)
+        texts = [decode(ids) for ids in completion_ids]
+        scores = self.prm.step_scores_many(prompts, texts)
         if inspect.iscoroutine(scores):
             # TRL calls this from synchronous code; a served PRM's client is async, so it gets a loop of its own in
             # a thread (the calling thread may already run one, as in a notebook)
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 scores = pool.submit(asyncio.run, scores).result()
-        self.trainer._pending = {"completions": list(completions), "ids": [list(i) for i in completion_ids],
+        self.trainer._pending = {"texts": texts, "ids": [list(i) for i in completion_ids],
                                  "scores": list(scores), "correct": self.trainer._correctness(completions, columns)}
         floor, aggregate = self.prm.floor, self.prm.aggregate
         return [floor if s is None else chain_reward(s, aggregate, floor, self.prm.truncated) for s in scores]
@@ -100,6 +117,12 @@ class ProcessGRPOTrainer(GRPOTrainer):
         if "reward_funcs" in kwargs:
             raise PRMError("ProcessGRPOTrainer takes its reward from prm=; drop reward_funcs= (answer correctness "
                            "comes in through ProcessGRPOConfig(outcome_weight=..., answer_column=...))")
+        for name in ("tools", "environment_factory"):
+            if kwargs.get(name) is not None:
+                raise PRMError(f"ProcessGRPOTrainer does not take {name}=: TRL joins the policy's turns and the "
+                               "tools' answers into one completion, and the PRM would score the tools' text as the "
+                               "policy's steps; train without tools, or with GRPOTrainer and PRMReward as one of "
+                               "its reward_funcs (one reward per completion)")
         if args is not None and not isinstance(args, ProcessGRPOConfig):
             raise PRMError(f"args is a {type(args).__name__}; use ProcessGRPOConfig, which adds advantage_rule")
         self.separator = prm.separator if prm.separator is not None else _run_separator(prm)
@@ -135,6 +158,10 @@ class ProcessGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         pending, self._pending = self._pending, None
         assert pending is not None, "TRL did not call the PRM reward for this batch"
+        if "tool_mask" in output:
+            raise PRMError("the rollout_func returned an env_mask: its completions hold text the policy did not "
+                           "write, which the PRM would score as the policy's steps; ProcessGRPOTrainer needs "
+                           "completions that are the policy's tokens alone")
         rows = gather_object(list(zip(*self._per_completion(pending))))  # groups may span processes
         mode = "train" if self.model.training else "eval"
         g = self.num_generations if mode == "train" else self.num_generations_eval
@@ -155,15 +182,10 @@ class ProcessGRPOTrainer(GRPOTrainer):
     def _per_completion(self, pending: dict):
         """Per completion: step rewards (floor rules applied), step end tokens, token count, outcome reward, and
         flags for the log (no step, a step left unread)."""
-        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-
-        def decode(ids):
-            return tokenizer.decode(ids, skip_special_tokens=True)  # as TRL decodes completions
-
+        decode = _decoder(self.processing_class)
         floor = self.prm.floor
         rewards, ends, lengths, outcomes, empty, cut = [], [], [], [], [], []
-        for i, (ids, scores) in enumerate(zip(pending["ids"], pending["scores"])):
-            text = decode(ids)
+        for i, (ids, text, scores) in enumerate(zip(pending["ids"], pending["texts"], pending["scores"])):
             steps = split_steps(text, self.separator)
             empty.append(not scores and not steps)
             cut.append(scores is not None and any(s is None for s in scores))

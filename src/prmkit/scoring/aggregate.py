@@ -98,6 +98,14 @@ def chain_reward(step_scores: Sequence[float | None], how: str, floor: float = F
     return float(value) if _usable(value) else float(floor)  # a NaN (a numeric failure) never earns a reward
 
 
+def floor_steps(step_scores: Sequence[float | None], floor: float = FLOOR) -> list[float]:
+    """One RL reward per step, the rule every per-step reward follows (PRMReward.step_rewards, RemotePRMReward's,
+    ProcessGRPOTrainer and the verl reward manager): a step the PRM did not read (None: cut by max_length or the
+    size limits) or could not score (NaN or infinite: a numeric failure, which `prmkit serve` sends as null) gets
+    the floor. One such number among a group's step rewards would make every advantage of the group NaN."""
+    return [float(s) if s is not None and math.isfinite(s) else float(floor) for s in step_scores]
+
+
 def log_truncated_share(log_metric, name: str, step_scores: Sequence[Sequence[float | None] | None]) -> None:
     """Report through TRL's `log_metric` (when the trainer passed one) the share of completions the PRM could not
     read whole, so a policy drifting into runaway lengths shows in the training logs."""

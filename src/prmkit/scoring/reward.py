@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward, log_truncated_share
+from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward, floor_steps, log_truncated_share
 from prmkit.scoring.inputs import MAX_STEP_CHARS, MAX_STEPS, Separator, bound_steps, completion_text, prompt_text
 from prmkit.scoring.options import ScoringOptions
 from prmkit.scoring.scorer import PRMScorer
@@ -79,7 +79,8 @@ class PRMReward:
         return out
 
     def step_rewards(self, prompt, completion) -> list[float]:
-        """One reward per step of the completion (for trainers with per-step rewards); a step left unscored
-        (cut by max_length or the size limits) gets the floor; a completion with no step gets an empty list."""
+        """One reward per step of the completion (for trainers with per-step rewards); a step left unscored (cut
+        by max_length or the size limits) or scored NaN or infinite gets the floor (`floor_steps`, the rule every
+        per-step reward follows); a completion with no step gets an empty list."""
         scores = self.step_scores_many([prompt], [completion])[0]
-        return [] if scores is None else [self.floor if s is None else float(s) for s in scores]
+        return [] if scores is None else floor_steps(scores, self.floor)

@@ -20,7 +20,7 @@ from typing import Sequence
 import httpx
 
 from prmkit.errors import PRMError
-from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward, log_truncated_share
+from prmkit.scoring.aggregate import AGGREGATIONS, FLOOR, TRUNCATED, chain_reward, floor_steps, log_truncated_share
 from prmkit.scoring.inputs import Separator, completion_text, prompt_text, split_steps
 from prmkit.serving.options import ServeOptions
 
@@ -90,9 +90,10 @@ class RemotePRMReward(functools.partial):
                 for s in scores]
 
     async def step_rewards(self, prompt, completion) -> list[float]:
-        """One reward per step of the completion (a step cut by max_length gets the floor), as PRMReward's."""
+        """One reward per step of the completion, as PRMReward's: a step cut by max_length, or scored NaN or
+        infinite (null from the server), gets the floor (`floor_steps`)."""
         scores = (await self.step_scores_many([prompt], [completion]))[0]
-        return [] if scores is None else [self.floor if s is None else float(s) for s in scores]
+        return [] if scores is None else floor_steps(scores, self.floor)
 
     async def step_scores_many(self, prompts: Sequence, completions: Sequence) -> list[list[float | None] | None]:
         """The server's step scores per completion; None for one with no step (it is not sent)."""
