@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from lifecycle import analysis  # noqa: E402
 from lifecycle.policy import PolicyRecipe  # noqa: E402
-from lifecycle.problems import MAX_VALUE, disjoint_splits, problem_rows  # noqa: E402
+from lifecycle.problems import MAX_VALUE, SEEDS, disjoint_splits, problem_rows, redrawn_split  # noqa: E402
 from prmkit.data.synthetic import generate_records  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
@@ -58,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--solutions", type=int, default=4, help="sampled solutions per labelled problem")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (mc and omega)")
     parser.add_argument("--held-out", type=int, default=200)
+    parser.add_argument("--held-out-seed", type=int, default=SEEDS["held_out"],
+                        help="draw the held-out problems with this seed instead (after the other splits, leaving "
+                        "their problems out, so no problem a recipe was chosen on changes)")
     parser.add_argument("--validation", type=int, default=64, help="problems a PRM recipe is chosen on "
                         "(bench/loop_recipes.py), never the held-out ones")
     parser.add_argument("--budgets", default="1,2,4,8,16")
@@ -83,6 +86,11 @@ class Loop:
         self.state_path = self.work / "state.json"
         self.state = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {"stages": {}}
         self.state_lock = threading.Lock()  # the stage clock's thread saves the state too
+        drawn = self.state["stages"].get("problems", {})
+        if drawn.get("done") and drawn.get("held_out_seed", SEEDS["held_out"]) != args.held_out_seed:
+            raise SystemExit(f"{self.work} holds held-out problems drawn with seed "
+                             f"{drawn.get('held_out_seed', SEEDS['held_out'])}; give --held-out-seed "
+                             f"{args.held_out_seed} its own --work folder")
         vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
         use_vllm = args.backend == "vllm" or (args.backend == "auto" and vllm_python.is_file())
         self.backend = "vllm" if use_vllm else "transformers"
@@ -172,13 +180,15 @@ class Loop:
 
     def problems(self) -> dict:
         splits = disjoint_splits(self.split_sizes())
+        if self.args.held_out_seed != SEEDS["held_out"]:
+            splits = redrawn_split("held_out", self.args.held_out, self.args.held_out_seed, splits)
         for name, records in splits.items():
             write_jsonl(problem_rows(records), self.work / f"{name}.jsonl")
         # the injected-error PRM's data: as many of the generator's own chains as the policy's labelled ones
         write_jsonl(injected_chains(self.args.label_problems * self.args.solutions),
                     self.work / "labels-injected.jsonl")
         return {"label_problems": len(splits["label"]), "held_out": len(splits["held_out"]),
-                "validation": len(splits["validation"])}
+                "held_out_seed": self.args.held_out_seed, "validation": len(splits["validation"])}
 
     def label(self, method: str) -> dict:
         out = self.work / f"labels-{method}.jsonl"

@@ -52,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--prompts-per-step", type=int, default=1)
     parser.add_argument("--group", type=int, default=8, help="completions per prompt (num_generations)")
     parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient against the starting policy "
+                        "(TRL's default 0: no reference model)")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-completion-length", type=int, default=128)
     parser.add_argument("--aggregate", default="min", help="the PRM's chain reward (PRMReward's aggregate)")
@@ -132,7 +134,8 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
         output_dir=str(folder), use_cpu=not torch.cuda.is_available(), max_steps=args.steps,
         per_device_train_batch_size=args.group, gradient_accumulation_steps=args.prompts_per_step,
         num_generations=args.group, max_completion_length=args.max_completion_length,
-        temperature=args.temperature, learning_rate=args.lr, logging_steps=1, report_to=[], seed=0, bf16=False,
+        temperature=args.temperature, learning_rate=args.lr, beta=getattr(args, "beta", 0.0), logging_steps=1,
+        report_to=[], seed=0, bf16=False,
         save_strategy="steps", save_steps=max(args.steps // 4, 1), save_total_limit=1,
         disable_tqdm=not sys.stderr.isatty())
     tokenizer = AutoTokenizer.from_pretrained(policy)

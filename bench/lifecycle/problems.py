@@ -25,8 +25,10 @@ ANSWER_SENTENCE = "The answer is \\boxed{{{}}}."
 # Disjoint seeds: the policy's SFT chains, the problems labelled for PRM training, the held-out problems, the
 # validation problems a PRM recipe is chosen on (so the held-out ones never steer a choice), the extra problems
 # bench/loop_recipes.py samples to ask whether more labelled chains would help, and the training problems
-# bench/lifecycle/onpolicy.py samples at scale.
-SEEDS = {"sft": 101, "label": 202, "held_out": 303, "validation": 505, "scale": 606, "onpolicy": 707}
+# bench/lifecycle/onpolicy.py samples at scale, and bench/rl_control.py's GRPO problems and the validation problems
+# its settings are chosen on.
+SEEDS = {"sft": 101, "label": 202, "held_out": 303, "validation": 505, "scale": 606, "onpolicy": 707,
+         "rl_validation": 909, "rl": 808}
 
 
 def small_number_problems(n: int, seed: int, max_value: int = MAX_VALUE) -> list[dict]:
@@ -64,6 +66,15 @@ def problem_rows(records: list[dict]) -> list[dict]:
     """What `prmkit label` and `prmkit search` read: the problem, its gold answer, and the gold chain for the judge."""
     return [{"id": i, "prompt": r["prompt"], "gold_answer": r["gold_answer"], "gold_steps": r["completions"]}
             for i, r in enumerate(records)]
+
+
+def redrawn_split(name: str, size: int, seed: int, splits: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """`splits` with split `name` drawn again from `seed`, leaving out every prompt the other splits hold; the others
+    stay as they are (a held-out set drawn with a new seed changes no problem a choice was made on)."""
+    taken = {r["prompt"] for other, records in splits.items() if other != name for r in records}
+    unique = [r for r in small_number_problems(2 * size, seed) if r["prompt"] not in taken]
+    assert len(unique) >= size, f"too few unique problems for {name} with seed {seed}"
+    return {**splits, name: unique[:size]}
 
 
 def disjoint_splits(sizes: dict[str, int]) -> dict[str, list[dict]]:

@@ -1,0 +1,216 @@
+"""The positive control for RL with prmkit: GRPO rewarded by the answer's correctness alone must make the lifecycle
+benchmark's policy more accurate on problems it never trained on. Until it does, no process reward can be judged
+against it (bench/process_grpo.py compares the rules at the settings chosen here).
+
+1. Problems, disjoint by prompt: the GRPO pool (a seed of its own), the validation problems the settings are chosen
+   on (a seed of their own), and bench/loop.py's held-out problems; the pool also leaves out the policy's SFT chains
+   and every problem a PRM of the benchmark trains on (loop's labelled problems, bench/lifecycle/onpolicy.py's).
+2. Prompts worth training on: k samples of each pool problem at the GRPO temperature; the problems whose pass rate
+   lies in the band (`prmkit.rl.prompt_filter`, PRIME's 0.2-0.8) are the GRPO problems. A group whose samples are
+   all right or all wrong has no reward spread, so GRPO learns nothing from it.
+3. One GRPO run per learning rate (TRL's GRPOTrainer, the correctness reward, equal steps, prompts per step, group,
+   KL beta and seed), each judged by greedy accuracy on the validation problems.
+4. The learning rate with the best validation accuracy (the smaller on a tie) is read once on the held-out problems:
+   greedy accuracy before and after, with the paired bootstrap interval. No other run touches the held-out file.
+
+    python bench/rl_control.py --work rl-work     # run it again after a kill to continue: every stage resumes
+
+Writes bench/results/rl_control.json and bench/results/rl_control.png (per-step reward, training accuracy, share of
+groups with no reward spread, KL and completion length of each run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from lifecycle import analysis  # noqa: E402
+from lifecycle.onpolicy import BENCHMARK_SPLIT_CAP, evaluation_problems, onpolicy_problems  # noqa: E402
+from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
+from lifecycle.problems import disjoint_splits, problem_rows  # noqa: E402
+from prmkit.answers import AnswerChecker, sample_answer  # noqa: E402
+from prmkit.data.problems import batches  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
+from prmkit.generation import GenerationOptions, load_generator  # noqa: E402
+from prmkit.rl.prompt_filter import FilterOptions, filter_prompts, parse_band  # noqa: E402
+
+PROBLEMS_PER_BATCH = 16
+ONPOLICY_TRAINING_PROBLEMS = 1000  # the largest onpolicy.py draw a PRM here trains on: left out of the pool
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", default="rl-work")
+    parser.add_argument("--policy", default=None, help="the starting policy (default: the cached benchmark policy)")
+    parser.add_argument("--pool", type=int, default=240, help="GRPO candidate problems sampled for their pass rate")
+    parser.add_argument("--k", type=int, default=4, help="samples per candidate problem for its pass rate")
+    parser.add_argument("--band", default="0.2,0.8", help="pass rates kept, both ends included")
+    parser.add_argument("--validation", type=int, default=150, help="problems the learning rate is chosen on")
+    parser.add_argument("--held-out", type=int, default=200, help="bench/loop.py's held-out problems, read once")
+    parser.add_argument("--lrs", default="1e-6,3e-6,1e-5")
+    parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient against the starting policy")
+    parser.add_argument("--steps", type=int, default=16, help="optimizer steps per run")
+    parser.add_argument("--prompts-per-step", type=int, default=4)
+    parser.add_argument("--group", type=int, default=8, help="completions per prompt (num_generations)")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--max-completion-length", type=int, default=128)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "rl_control.json"))
+    args = parser.parse_args(argv)
+    args.band = parse_band(args.band)
+    args.lrs = [float(x) for x in args.lrs.split(",")]
+    return args
+
+
+def splits(args, sft_chains: int) -> dict[str, list[dict]]:
+    """The GRPO pool, the validation problems and the held-out problems, disjoint by prompt."""
+    held_out = evaluation_problems("held_out", args.held_out, sft_chains)
+    others = {"sft": sft_chains, **{name: BENCHMARK_SPLIT_CAP for name in ("label", "held_out", "validation",
+                                                                           "scale", "onpolicy")}}
+    drawn = disjoint_splits({**others, "rl_validation": args.validation, "rl": 2 * args.pool})
+    taken = {p["prompt"] for p in held_out} | \
+        {p["prompt"] for split in ("held_out", "validation") for p in evaluation_problems(split, 64, sft_chains)} | \
+        {p["prompt"] for p in onpolicy_problems(ONPOLICY_TRAINING_PROBLEMS, sft_chains)}
+    validation = [p for p in problem_rows(drawn["rl_validation"]) if p["prompt"] not in taken][:args.validation]
+    taken |= {p["prompt"] for p in validation}
+    pool = [p for p in problem_rows(drawn["rl"]) if p["prompt"] not in taken][:args.pool]
+    return {"pool": pool, "validation": validation, "held_out": held_out}
+
+
+def pass_rates(args, policy: str, pool: list[dict], work: Path) -> dict:
+    """`prmkit rl-filter` on the pool: k samples per problem, per-problem counts in pass_rates.jsonl (continued after
+    a kill), the problems in the band in pass_rates.kept.jsonl; its summary of the policy's sharpness."""
+    write_jsonl(pool, work / "pool.jsonl")
+    generator = load_generator(policy, GenerationOptions(temperature=args.temperature,
+                                                         max_new_tokens=args.max_completion_length))
+    try:
+        result = filter_prompts(generator, work / "pool.jsonl", work / "pass_rates.jsonl",
+                                FilterOptions(k=args.k, band=args.band, problems_per_batch=PROBLEMS_PER_BATCH),
+                                progress=sys.stderr.isatty())
+    finally:
+        generator.close()
+    return {**result.summary, "tokens_this_call": result.tokens, "seconds_this_call": result.seconds}
+
+
+def greedy_correct(policy: str, problems: list[dict], path: Path, max_new_tokens: int) -> list[int]:
+    """Per problem, 1 if the policy's greedy answer is right (the rows are kept: a finished file is read again)."""
+    if path.is_file():
+        rows = read_jsonl(path)
+        if len(rows) == len(problems):
+            return [int(r["correct"]) for r in rows]
+    generator = load_generator(policy, GenerationOptions(temperature=0.0, max_new_tokens=max_new_tokens,
+                                                         generation_batch_size=32))
+    checker = AnswerChecker()
+    try:
+        rows = []
+        for _, batch in batches(problems, 50):
+            outputs = generator.generate([generator.prompt(p["prompt"]) for p in batch], n=1)
+            answers = [sample_answer(o[0].text, o[0].finish_reason) for o in outputs]
+            correct = checker.check_many(answers, [str(p["gold_answer"]) for p in batch])
+            rows += [{"prompt": p["prompt"], "answer": a, "correct": bool(c), "tokens": o[0].tokens}
+                     for p, a, c, o in zip(batch, answers, correct, outputs)]
+    finally:
+        checker.close()
+        generator.close()
+    write_jsonl(rows, path)
+    return [int(r["correct"]) for r in rows]
+
+
+def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> Path:
+    """bench/process_grpo.py's `outcome` run at this learning rate; the final policy folder."""
+    from process_grpo import train
+
+    settings = argparse.Namespace(steps=args.steps, prompts_per_step=args.prompts_per_step, group=args.group,
+                                  lr=lr, beta=args.beta, temperature=args.temperature,
+                                  max_completion_length=args.max_completion_length, aggregate="min")
+    return train("outcome", settings, work / f"lr-{lr:g}", policy, Path("-"), rows)
+
+
+def trainer_log(run: Path) -> list[dict]:
+    """TRL's own per-step log of a run (reward, KL, the share of groups with no reward spread, lengths)."""
+    states = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    if not states:
+        return []
+    return [e for e in json.loads(states[-1].read_text())["log_history"] if "reward" in e]
+
+
+def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [("reward", "reward (answer right)"), ("frac_reward_zero_std", "groups with no reward spread"),
+            ("kl", "KL to the starting policy"), ("completions/mean_length", "completion tokens")]
+    figure, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
+    for axis, (key, title) in zip(axes, keys):
+        for name, entries in logs.items():
+            points = [(e["step"], e[key]) for e in entries if key in e]
+            if points:
+                axis.plot(*zip(*points), label=name, marker=".")
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("optimizer step")
+    axes[0].legend(fontsize=8)
+    chosen = result.get("chosen_lr")
+    figure.suptitle(f"GRPO with the correctness reward, per learning rate (chosen on validation: {chosen})",
+                    fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    policy = Path(args.policy) if args.policy else build_policy(PolicyRecipe())
+    problems = splits(args, PolicyRecipe().chains)
+    filtered = pass_rates(args, str(policy), problems["pool"], work)
+    kept = read_jsonl(work / "pass_rates.kept.jsonl")
+    result = {"command": "python bench/rl_control.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "policy": str(policy),
+              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "pool": filtered,
+              "validation_problems": len(problems["validation"]), "held_out_problems": len(problems["held_out"])}
+    base_validation = greedy_correct(str(policy), problems["validation"], work / "validation-before.jsonl",
+                                     args.max_completion_length)
+    result["validation"] = {"before": analysis.bootstrap_accuracy(base_validation), "runs": {}}
+    logs, finals = {}, {}
+    for lr in args.lrs:
+        finals[lr] = grpo(args, lr, policy, kept, work)
+        logs[f"lr {lr:g}"] = trainer_log(finals[lr].parent)
+        after = greedy_correct(str(finals[lr]), problems["validation"], work / f"validation-lr-{lr:g}.jsonl",
+                               args.max_completion_length)
+        result["validation"]["runs"][f"{lr:g}"] = {
+            "after": analysis.bootstrap_accuracy(after),
+            "after - before": analysis.paired_bootstrap(after, base_validation),
+            "steps": [{k: e[k] for k in ("step", "reward", "frac_reward_zero_std", "kl", "completions/mean_length",
+                                         "entropy") if k in e} for e in logs[f"lr {lr:g}"]]}
+        write_json_atomic(Path(args.out), result)
+    accuracy = {lr: result["validation"]["runs"][f"{lr:g}"]["after"]["accuracy"] for lr in args.lrs}
+    chosen = min(args.lrs, key=lambda lr: (-accuracy[lr], lr))
+    result["chosen_lr"] = f"{chosen:g}"
+    # The held-out problems are read here, once, for the starting policy and the chosen run only.
+    before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",
+                            args.max_completion_length)
+    after = greedy_correct(str(finals[chosen]), problems["held_out"], work / f"held-out-lr-{chosen:g}.jsonl",
+                           args.max_completion_length)
+    result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
+                          "after - before": analysis.paired_bootstrap(after, before)}
+    result["seconds_this_call"] = round(time.perf_counter() - started, 1)
+    write_json_atomic(Path(args.out), result)
+    plot(result, logs, Path(args.out).with_suffix(".png"))
+    print(json.dumps({"chosen_lr": result["chosen_lr"], "held_out": result["held_out"]}, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
