@@ -24,24 +24,57 @@ credit. `reward_extra_info` carries `prm_steps` (steps scored) and `prm_truncate
 
 Settings under `reward.prmkit` (all optional): `url` (default: $PRMKIT_URL or http://127.0.0.1:8000),
 `prompt_key`, `aggregate` (min), `floor` (0.0, the reward of a response with no step), `separator` (default: the
-one the server reports at /health). Needs verl and prmkit in one environment (prmkit takes the transformers verl
-pins; scripts/setup_verl.sh builds one); the module is loaded by name, not by file, so the rewards it returns
-pickle by reference when Ray moves them between workers.
+one the server reports at /health), `ready_timeout_s` (300: how long the manager waits for the server's /health to
+answer ready, as a server loading its model answers 503 "starting"; then a PRMError says what it last answered).
+Needs verl and prmkit in one environment (prmkit takes the transformers verl pins; scripts/setup_verl.sh builds
+one); the module is loaded by name, not by file, so the rewards it returns pickle by reference when Ray moves them
+between workers.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import httpx
 import torch
 from omegaconf import OmegaConf
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from prmkit.errors import PRMError
 from prmkit.rl.advantages import completion_steps, token_rewards
 from prmkit.scoring.aggregate import chain_reward
 from prmkit.scoring.inputs import split_steps
 from prmkit.serving.clients import RemotePRMReward
+
+
+READY_TIMEOUT_S = 300.0  # loading a PRM of a few billion parameters takes minutes
+POLL_S = 1.0
+
+
+def wait_ready(url: str, timeout_s: float = READY_TIMEOUT_S, poll_s: float | None = None) -> dict:
+    """The server's /health answer once it is ready (200); until then, not listening yet or answering 503 (starting,
+    or unhealthy) is waited out, asking every `poll_s` (default POLL_S) up to `timeout_s`, after which a PRMError
+    says what the server last answered."""
+    poll_s = POLL_S if poll_s is None else poll_s
+    health = f"{url.rstrip('/')}/health"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            response = httpx.get(health, timeout=min(30.0, max(1.0, deadline - time.monotonic())))
+            if response.status_code == 200:
+                try:
+                    return response.json()
+                except ValueError:
+                    raise PRMError(f"{health} answered 200 but not JSON ({response.text[:200]!r}); is it a "
+                                   "`prmkit serve` server?") from None
+            last = f"it answered {response.status_code} {response.text[:200]}"
+        except httpx.TransportError as err:
+            last = f"it could not be reached ({type(err).__name__}: {err})"
+        if time.monotonic() + poll_s > deadline:
+            raise PRMError(f"{health} did not answer ready within {timeout_s:g} s: {last}. Is `prmkit serve` "
+                           "running there? A PRM that loads slowly needs a longer reward.prmkit.ready_timeout_s")
+        time.sleep(poll_s)
 
 
 class StepRewards(float):
@@ -65,8 +98,13 @@ class PRMStepRewardManager(RewardManagerBase):
         self.url = settings.get("url") or os.environ.get("PRMKIT_URL", "http://127.0.0.1:8000")
         self.prompt_key = settings.get("prompt_key", "question")
         self.floor = float(settings.get("floor", 0.0))
-        separator = settings.get("separator") or httpx.get(f"{self.url.rstrip('/')}/health", timeout=60).json()[
-            "separator"]
+        # verl starts its reward workers alongside the server, which may still be loading the PRM: wait for it
+        # here, once, rather than fail the first batch after a whole rollout
+        health = wait_ready(self.url, float(settings.get("ready_timeout_s", READY_TIMEOUT_S)))
+        separator = settings.get("separator") or health.get("separator")
+        if not separator:
+            raise PRMError(f"{self.url}/health names no separator ({health}); is it a `prmkit serve` server? Set "
+                           "reward.prmkit.separator to the run's step separator")
         self.prm = RemotePRMReward(self.url, aggregate=settings.get("aggregate", "min"), floor=self.floor,
                                    separator=separator)
 
