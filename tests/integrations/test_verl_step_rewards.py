@@ -34,10 +34,11 @@ pytestmark = pytest.mark.skipif(not VERL_PYTHON.is_file(),
 
 
 def end_tokens(ids: list[int], text_ends: list[int], decode) -> list[int]:
-    """Per character end, the first token whose decoded prefix reaches it; the last step takes the last token."""
-    ends = []
+    """Per character end, the first token whose decoded prefix holds the text up to it; the last step takes the
+    last token."""
+    ends, text = [], decode(ids)
     for end in text_ends:
-        k = next(k for k in range(len(ids)) if len(decode(ids[:k + 1])) >= end)
+        k = next(k for k in range(len(ids)) if decode(ids[:k + 1]).startswith(text[:end]))
         ends.append(max(k, ends[-1] if ends else 0))
     return ends[:-1] + [len(ids) - 1] if ends else []
 

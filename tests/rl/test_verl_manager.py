@@ -142,21 +142,22 @@ def verl_batch(tokenizer, prompts: list[str], responses: list[str]) -> tuple[Row
 
 
 def scanned_ends(ids: list[int], text: str, decode) -> list[int]:
-    """Each step's end token by a plain scan: the first token whose decoded prefix reaches the step's last
-    character; the last step takes the last token."""
+    """Each step's end token by a plain scan: the first token whose decoded prefix holds the text up to the step's
+    last character; the last step takes the last token."""
     ends, cursor = [], 0
     for step in text.split(SEPARATOR):
         if not step.strip():
             continue
         cursor = text.index(step.strip(), cursor) + len(step.strip())
-        k = next(k for k in range(len(ids)) if len(decode(ids[:k + 1])) >= cursor)
+        k = next(k for k in range(len(ids)) if decode(ids[:k + 1]).startswith(text[:cursor]))
         ends.append(max(k, ends[-1] if ends else 0))
     return ends[:-1] + [len(ids) - 1] if ends else []
 
 
 def test_step_rewards_land_on_step_end_tokens_and_assemble_into_rm_scores(verl_rewards, tokenizer):
-    responses = ["3 + 12 = 15 apples", "The answer is 42.", "   ", "7-2=5 so"]
-    prompts = ["Tom has 3 apples and buys 12 more.", "What is it?", "Say nothing.", "What is 7 - 2?"]
+    # the last one's characters are split across byte-level tokens
+    responses = ["3 + 12 = 15 apples", "The answer is 42.", "   ", "7-2=5 so", "水 😀 é"]
+    prompts = ["Tom has 3 apples and buys 12 more.", "What is it?", "Say nothing.", "What is 7 - 2?", "Say it."]
     rows, response_ids = verl_batch(tokenizer, prompts, responses)
     with LiveServer(stub_server()[0]) as url:
         manager = verl_rewards.PRMStepRewardManager(config(url=url, floor=FLOOR), tokenizer)

@@ -120,25 +120,30 @@ def char_ends(text: str, steps: Sequence[str]) -> list[int]:
 
 
 def token_ends(ids: Sequence[int], ends: Sequence[int], decode: Callable[[Sequence[int]], str]) -> list[int]:
-    """The token that holds each character end: the first k with len(decode(ids[:k+1])) >= end, found by
-    bisection on the decoded prefixes. A step that ends inside a token ends at that token; decoding the policy's
-    own ids keeps the policy's tokenization (re-encoding the text could cut it differently). The last step is
-    moved to the last token (the trailing-token rule)."""
+    """The token that holds each character end of `decode(ids)`: the first k whose decoded prefix ids[:k+1] begins
+    with the text up to that end, found by bisection on the decoded prefixes. A step that ends inside a token ends
+    at that token; decoding the policy's own ids keeps the policy's tokenization (re-encoding the text could cut it
+    differently). The last step is moved to the last token (the trailing-token rule).
+
+    Not the prefix's length: a byte-level tokenizer splits a character of several bytes (an emoji, CJK, "é")
+    across tokens, and a prefix cut inside it decodes to replacement characters (U+FFFD), as long as the text or
+    longer, before the character is written; the step would end a token or more early."""
     if not ids:
         return []
-    lengths: dict[int, int] = {}
+    text = decode(ids)
+    prefixes: dict[int, str] = {}
 
-    def decoded(k: int) -> int:
-        if k not in lengths:
-            lengths[k] = len(decode(ids[:k]))
-        return lengths[k]
+    def written(k: int, end: int) -> bool:
+        if k not in prefixes:
+            prefixes[k] = decode(ids[:k])
+        return prefixes[k].startswith(text[:end])
 
     out = []
     for end in ends:
         lo, hi = 1, len(ids)
-        while lo < hi:  # smallest prefix length k whose text reaches `end`
+        while lo < hi:  # smallest prefix length k whose text holds the text up to `end`
             mid = (lo + hi) // 2
-            if decoded(mid) >= end:
+            if written(mid, end):
                 hi = mid
             else:
                 lo = mid + 1
