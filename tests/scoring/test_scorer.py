@@ -149,6 +149,8 @@ def test_a_cut_or_nan_candidate_never_wins():
     for order in ([0.5, float("nan")], [float("nan"), 0.5]):  # min/max alone would depend on the order
         assert math.isnan(aggregate(order, "min")) and math.isnan(aggregate(order, "max"))
     assert chain_reward([0.9, float("nan")], "mean", floor=-1.0) == -1.0
+    assert chain_reward([0.9, float("inf")], "mean", floor=-1.0) == -1.0  # an infinity is a numeric failure too
+    assert chain_reward([0.9, float("-inf")], "min", floor=-1.0) == -1.0
     with pytest.raises(PRMError, match="truncated='drop'"):
         rank_candidates([[0.5]], "min", truncated="drop")
 

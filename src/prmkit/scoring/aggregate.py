@@ -95,7 +95,8 @@ def chain_reward(step_scores: Sequence[float | None], how: str, floor: float = F
     if truncated == "floor" and any(s is None for s in step_scores):
         return float(floor)
     value = aggregate(step_scores, how)
-    return float(value) if _usable(value) else float(floor)  # a NaN (a numeric failure) never earns a reward
+    # a NaN or an infinity (a numeric failure) never earns a reward, as floor_steps rules for single steps
+    return float(value) if value is not None and math.isfinite(value) else float(floor)
 
 
 def floor_steps(step_scores: Sequence[float | None], floor: float = FLOOR) -> list[float]:
