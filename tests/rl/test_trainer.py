@@ -38,7 +38,7 @@ class FakePRM:
         return [self.scores_of(t) for t in texts]
 
 
-def expected_advantages(tokenizer, rows: list[list[int]], rule: str, g: int) -> list[list[float]]:
+def expected_advantages(tokenizer, rows: list[list[int]], rule: str, g: int, scale: str = "rms") -> list[list[float]]:
     """The formula, from the completion ids alone: floor for unread steps, one floor step for no step."""
     def decode(ids):
         return tokenizer.decode(ids, skip_special_tokens=True)
@@ -52,12 +52,12 @@ def expected_advantages(tokenizer, rows: list[list[int]], rule: str, g: int) -> 
             rewards.append([0.0 if s is None else s for s in (FakePRM.scores_of(text) or [None])])
             ends.append(token_ends(ids, char_ends(text, steps), decode))
             lengths.append(len(ids))
-        out += group_advantages(rewards, ends, lengths, [0.0] * len(lengths), rule)
+        out += group_advantages(rewards, ends, lengths, [0.0] * len(lengths), rule, scale=scale)
     return out
 
 
-@pytest.mark.parametrize("rule", ["sum", "min"])
-def test_a_grpo_step_trains_on_per_token_advantages_from_the_step_scores(tiny_llama, tmp_path, rule):
+@pytest.mark.parametrize(("rule", "scale"), [("sum", "rms"), ("min", "rms"), ("sum", "none")])
+def test_a_grpo_step_trains_on_per_token_advantages_from_the_step_scores(tiny_llama, tmp_path, rule, scale):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -74,7 +74,8 @@ def test_a_grpo_step_trains_on_per_token_advantages_from_the_step_scores(tiny_ll
     prm = FakePRM()
     args = ProcessGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=4,
                              num_generations=4, max_completion_length=24, logging_steps=1, report_to=[],
-                             save_strategy="no", temperature=1.0, seed=0, bf16=False, advantage_rule=rule)
+                             save_strategy="no", temperature=1.0, seed=0, bf16=False, advantage_rule=rule,
+                             advantage_scale=scale)
     prompts = ["Tom has 3 apples and buys 2 more.", "A train goes 60 km in 1 hour."]
     trainer = Recording(model=AutoModelForCausalLM.from_pretrained(tiny_llama), prm=prm, args=args,
                         train_dataset=Dataset.from_dict({"prompt": prompts * 2}), processing_class=tokenizer)
@@ -86,7 +87,7 @@ def test_a_grpo_step_trains_on_per_token_advantages_from_the_step_scores(tiny_ll
     assert adv.dim() == 2 and adv.shape == ids.shape  # (B, T): one advantage per completion token
     rows = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
     # the batch is one prompt's 4 completions, so TRL's shuffling within the batch keeps the group whole
-    expected = expected_advantages(tokenizer, rows, rule, g=4)
+    expected = expected_advantages(tokenizer, rows, rule, g=4, scale=scale)
     for i, values in enumerate(expected):
         assert adv[i, :len(values)].tolist() == pytest.approx(values, abs=1e-5)
         assert not adv[i, len(values):].any()  # padding carries no advantage
@@ -94,6 +95,13 @@ def test_a_grpo_step_trains_on_per_token_advantages_from_the_step_scores(tiny_ll
     log = next(e for e in trainer.state.log_history if "process/steps_per_completion" in e)
     # seed 0 gives long completions: some had steps past MAX_READ, so the floor rule for unread steps was used
     assert log["process/steps_per_completion"] > 1 and 0 < log["process/truncated_share"] <= 1
+    # the loss's own advantages are logged, per token: their root mean square (1 under the rms scale) and largest
+    flat = [v for values in expected for v in values]
+    assert log["process/advantage_rms"] == pytest.approx((sum(v * v for v in flat) / len(flat)) ** 0.5, abs=1e-5)
+    assert log["process/advantage_abs_max"] == pytest.approx(max(abs(v) for v in flat), abs=1e-5)
+    assert log["process/zero_advantage_group_share"] == 0.0
+    if scale == "rms":
+        assert log["process/advantage_rms"] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_the_config_rejects_an_unknown_rule_and_a_negative_outcome_weight(tmp_path):
@@ -102,6 +110,8 @@ def test_the_config_rejects_an_unknown_rule_and_a_negative_outcome_weight(tmp_pa
     with pytest.raises(PRMError, match=r"advantage_rule='mean' is not known; use one of sum, min, outcome.*"
                                        r"outcome_weight=-1.0 is negative"):
         ProcessGRPOConfig(output_dir=str(tmp_path), advantage_rule="mean", outcome_weight=-1.0)
+    with pytest.raises(PRMError, match=r"advantage_scale='std' is not known; use one of rms, none"):
+        ProcessGRPOConfig(output_dir=str(tmp_path), advantage_scale="std")
 
 
 def test_a_completion_with_no_step_is_one_floor_step_and_unread_steps_get_the_floor(tokenizer):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +27,7 @@ from trl.trainer.utils import get_config_model_id
 from prmkit.answers import AnswerChecker, extract_answer
 from prmkit.data.records import split_steps
 from prmkit.errors import PRMError
-from prmkit.rl.advantages import RULES, completion_steps, group_advantages
+from prmkit.rl.advantages import RULES, SCALES, completion_steps, group_advantages
 from prmkit.scoring.aggregate import chain_reward
 from prmkit.scoring.inputs import completion_text
 
@@ -38,12 +39,16 @@ class ProcessGRPOConfig(GRPOConfig):
 
     advantage_rule: str = field(default="sum", metadata={"help": "sum, min or outcome"})
     outcome_weight: float = field(default=0.0, metadata={"help": "weight of answer correctness"})
+    advantage_scale: str = field(default="rms", metadata={"help": "rms: a group's sum/min advantages scaled to unit "
+                                                                   "root mean square; none: as the rule makes them"})
     answer_column: str = field(default="answer", metadata={"help": "dataset column with the gold answer"})
 
     def __post_init__(self):
         problems = []
         if self.advantage_rule not in RULES:
             problems.append(f"advantage_rule={self.advantage_rule!r} is not known; use one of {', '.join(RULES)}")
+        if self.advantage_scale not in SCALES:
+            problems.append(f"advantage_scale={self.advantage_scale!r} is not known; use one of {', '.join(SCALES)}")
         if not self.outcome_weight >= 0:
             problems.append(f"outcome_weight={self.outcome_weight!r} is negative; use 0 (PRM only) or more")
         problems += _inherited_problems(self)
@@ -165,11 +170,13 @@ class ProcessGRPOTrainer(GRPOTrainer):
         rows = gather_object(list(zip(*self._per_completion(pending))))  # groups may span processes
         mode = "train" if self.model.training else "eval"
         g = self.num_generations if mode == "train" else self.num_generations_eval
-        advantages = []
+        advantages, flat_groups = [], 0
         for start in range(0, len(rows), g):
             rewards, ends, lengths, outcomes = zip(*[r[:4] for r in rows[start:start + g]])
-            advantages += group_advantages(rewards, ends, lengths, outcomes, self.args.advantage_rule,
-                                           self.args.outcome_weight)
+            group = group_advantages(rewards, ends, lengths, outcomes, self.args.advantage_rule,
+                                     self.args.outcome_weight, scale=self.args.advantage_scale)
+            flat_groups += all(v == 0 for values in group for v in values)
+            advantages += group
         local = advantages[self.accelerator.process_index * len(inputs):][:len(inputs)]
         width = output["completion_ids"].shape[1]
         table = torch.zeros(len(local), width, device=output["completion_ids"].device)
@@ -177,6 +184,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
             table[i, :len(values)] = torch.tensor(values[:width])
         output["advantages"] = table
         self._log_steps(mode, rows)
+        self._log_advantages(mode, advantages, flat_groups / max(len(rows) // g, 1))
         return output
 
     def _per_completion(self, pending: dict):
@@ -210,6 +218,17 @@ class ProcessGRPOTrainer(GRPOTrainer):
         metrics["process/truncated_share"].append(sum(r[5] for r in rows) / len(rows))
         if rows[0][6] is not None:
             metrics["process/answer_accuracy"].append(sum(r[6] for r in rows) / len(rows))
+
+
+    def _log_advantages(self, mode: str, advantages: list[list[float]], flat_share: float) -> None:
+        """The advantages the loss receives, per token (TRL's own `frac_reward_zero_std` and advantage logs read
+        its per-completion rewards, here the PRM's chain reward, which these replace): their root mean square,
+        largest magnitude, and the share of groups whose every token got 0 (nothing learned from them)."""
+        values = [v for completion in advantages for v in completion]
+        metrics = self._metrics[mode]
+        metrics["process/advantage_rms"].append(math.sqrt(sum(v * v for v in values) / len(values)) if values else 0.0)
+        metrics["process/advantage_abs_max"].append(max((abs(v) for v in values), default=0.0))
+        metrics["process/zero_advantage_group_share"].append(flat_share)
 
 
 def _run_separator(prm):
