@@ -68,6 +68,24 @@ def write_json(path: str | None, payload: dict) -> None:
         write_json_atomic(path, payload)
 
 
+def add_problem_flags(parser: argparse.ArgumentParser, defaults, unit: str) -> None:
+    """The flags of the commands that sample problems with gold answers (label, rl-filter), from their options
+    dataclass `defaults`: which fields hold the problem and its answer, how many `unit` share a generate call, the
+    answer checker's processes and timeout, a limit, and starting OUTPUT afresh."""
+    parser.add_argument("--problem-field", default=defaults.problem_field,
+                        help="the problem's field (default: the first of prompt, problem, question)")
+    parser.add_argument("--gold-field", default=defaults.gold_field,
+                        help="the gold answer's field (default: gold_answer, else answer; '#### N' is read as N)")
+    parser.add_argument("--problems-per-batch", type=int, default=defaults.problems_per_batch,
+                        help=f"{unit} whose samples share generate calls (default: %(default)s)")
+    parser.add_argument("--checker-workers", type=int, default=defaults.checker_workers,
+                        help="processes checking LaTeX answers (default: %(default)s)")
+    parser.add_argument("--check-timeout", type=float, default=defaults.check_timeout,
+                        help="seconds per answer check; longer counts as wrong (default: %(default)s)")
+    parser.add_argument("--limit", type=int, default=defaults.limit, help=f"only the first N {unit}")
+    parser.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of continuing it")
+
+
 def add_generation_flags(parser: argparse.ArgumentParser, *, device_flags: bool = True) -> None:
     """The `GenerationOptions` fields as flags, for the commands that sample from a policy (label, search). A
     command that also loads a PRM passes device_flags=False and shares the scoring flags' --device/--dtype."""

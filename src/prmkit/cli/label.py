@@ -9,6 +9,7 @@ import sys
 from prmkit import display
 from prmkit.cli.common import (
     add_generation_flags,
+    add_problem_flags,
     add_shard_flag,
     generation_options,
     launch_device,
@@ -47,18 +48,7 @@ def register(commands) -> None:
                        help="sample N solutions per problem and label those (default: label the rows' own)")
     label.add_argument("--delimiter", default=LABEL.delimiter,
                        help="cuts a solution into steps, \\n written as \\n (default: '\\n\\n')")
-    label.add_argument("--problem-field", default=LABEL.problem_field,
-                       help="the problem's field (default: the first of prompt, problem, question)")
-    label.add_argument("--gold-field", default=LABEL.gold_field,
-                       help="the gold answer's field (default: gold_answer, else answer; '#### N' is read as N)")
-    label.add_argument("--problems-per-batch", type=int, default=LABEL.problems_per_batch,
-                       help="problems whose rollouts share generate calls (default: %(default)s)")
-    label.add_argument("--checker-workers", type=int, default=LABEL.checker_workers,
-                       help="processes checking LaTeX answers (default: %(default)s)")
-    label.add_argument("--check-timeout", type=float, default=LABEL.check_timeout,
-                       help="seconds per answer check; longer counts as wrong (default: %(default)s)")
-    label.add_argument("--limit", type=int, default=LABEL.limit, help="label only the first N problems")
-    label.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of continuing it")
+    add_problem_flags(label, LABEL, "problems")
     add_shard_flag(label, "OUTPUT")
     add_generation_flags(label)
     label.set_defaults(func=cmd_label)

@@ -8,7 +8,13 @@ import sys
 from dataclasses import asdict
 
 from prmkit import display
-from prmkit.cli.common import add_generation_flags, generation_options, quiet_transformers, write_json
+from prmkit.cli.common import (
+    add_generation_flags,
+    add_problem_flags,
+    generation_options,
+    quiet_transformers,
+    write_json,
+)
 from prmkit.rl.prompt_filter import FilterOptions, filter_prompts, options_dict, parse_band, read_prompts
 
 FILTER = FilterOptions()
@@ -38,18 +44,7 @@ def register(commands) -> None:
                                 "only measures); a rerun with another band samples nothing")
     rl_filter.add_argument("--kept", metavar="FILE",
                            help="the kept rows, .jsonl (default: OUTPUT's name with .kept.jsonl)")
-    rl_filter.add_argument("--problem-field", default=FILTER.problem_field,
-                           help="the prompt's field (default: the first of prompt, problem, question)")
-    rl_filter.add_argument("--gold-field", default=FILTER.gold_field,
-                           help="the gold answer's field (default: gold_answer, else answer; '#### N' is read as N)")
-    rl_filter.add_argument("--problems-per-batch", type=int, default=FILTER.problems_per_batch,
-                           help="prompts sampled in one generate call (default: %(default)s)")
-    rl_filter.add_argument("--checker-workers", type=int, default=FILTER.checker_workers,
-                           help="processes checking LaTeX answers (default: %(default)s)")
-    rl_filter.add_argument("--check-timeout", type=float, default=FILTER.check_timeout,
-                           help="seconds per answer check; longer counts as wrong (default: %(default)s)")
-    rl_filter.add_argument("--limit", type=int, default=FILTER.limit, help="only the first N prompts")
-    rl_filter.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of continuing it")
+    add_problem_flags(rl_filter, FILTER, "prompts")
     rl_filter.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     add_generation_flags(rl_filter)
     rl_filter.set_defaults(func=cmd_rl_filter)

@@ -120,6 +120,21 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def batch_option_problems(options, unit: str) -> list[str]:
+    """What is wrong with the settings every command that samples problems with gold answers shares (`prmkit label`,
+    `prmkit rl-filter`): problems_per_batch, checker_workers, check_timeout and limit; `unit` names what is counted."""
+    problems = []
+    if options.problems_per_batch < 1:
+        problems.append(f"problems_per_batch={options.problems_per_batch}; use 1 or more")
+    if options.checker_workers < 1:
+        problems.append(f"checker_workers={options.checker_workers}; use 1 or more processes")
+    if not options.check_timeout > 0:
+        problems.append(f"check_timeout={options.check_timeout}; use a positive number of seconds")
+    if options.limit is not None and options.limit < 1:
+        problems.append(f"limit={options.limit}; use a positive number of {unit}")
+    return problems
+
+
 class AppendedJsonl:
     """A JSONL output that a run appends to and a later run continues: `lines()` are the complete lines already
     there (a torn last line truncated away, `truncated` then True), `append` writes a batch and syncs it."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from prmkit.data.problems import batch_option_problems
 from prmkit.errors import PRMError
 
 # mc: Math-Shepherd's Monte-Carlo estimate, k rollouts from every step; omega: OmegaPRM-style binary search for
@@ -55,14 +56,7 @@ class LabelOptions:
                             "own solutions")
         if not self.delimiter:
             problems.append("delimiter is empty; give the string that separates steps, e.g. '\\n\\n'")
-        if self.problems_per_batch < 1:
-            problems.append(f"problems_per_batch={self.problems_per_batch}; use 1 or more")
-        if self.checker_workers < 1:
-            problems.append(f"checker_workers={self.checker_workers}; use 1 or more processes")
-        if not self.check_timeout > 0:
-            problems.append(f"check_timeout={self.check_timeout}; use a positive number of seconds")
-        if self.limit is not None and self.limit < 1:
-            problems.append(f"limit={self.limit}; use a positive number of problems")
+        problems += batch_option_problems(self, "problems")
         if problems:
             raise PRMError("; ".join(problems))
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from prmkit.answers import AnswerChecker, canonical_answer, sample_answer
-from prmkit.data.problems import (AppendedJsonl, batches, derive_seed, problem_gold, problem_text,
-                                  read_problem_rows)
+from prmkit.data.problems import (AppendedJsonl, batch_option_problems, batches, derive_seed, problem_gold,
+                                  problem_text, read_problem_rows)
 from prmkit.display import progress_bar
 from prmkit.errors import PRMError
 from prmkit.files import write_jsonl
@@ -136,14 +136,7 @@ class FilterOptions:
         problems = band_problems(self.band)
         if self.k < 1:
             problems.append(f"k={self.k}; use 1 or more samples per prompt")
-        if self.problems_per_batch < 1:
-            problems.append(f"problems_per_batch={self.problems_per_batch}; use 1 or more")
-        if self.checker_workers < 1:
-            problems.append(f"checker_workers={self.checker_workers}; use 1 or more processes")
-        if not self.check_timeout > 0:
-            problems.append(f"check_timeout={self.check_timeout}; use a positive number of seconds")
-        if self.limit is not None and self.limit < 1:
-            problems.append(f"limit={self.limit}; use a positive number of prompts")
+        problems += batch_option_problems(self, "prompts")
         if problems:
             raise PRMError("; ".join(problems))
 
