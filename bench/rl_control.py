@@ -14,6 +14,7 @@ against it (bench/process_grpo.py compares the rules at the settings chosen here
    greedy accuracy before and after, with the paired bootstrap interval. No other run touches the held-out file.
 
     python bench/rl_control.py --work rl-work     # run it again after a kill to continue: every stage resumes
+    python bench/rl_control.py --work rl-work --validation-only   # the sweep alone; the held-out problems unread
 
 Writes bench/results/rl_control.json and bench/results/rl_control.png (per-step reward, training accuracy, share of
 groups with no reward spread, KL and completion length of each run).
@@ -63,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--group", type=int, default=8, help="completions per prompt (num_generations)")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-completion-length", type=int, default=128)
+    parser.add_argument("--validation-only", action="store_true",
+                        help="stop after the validation runs: the held-out problems stay unread for a later call")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "rl_control.json"))
     args = parser.parse_args(argv)
     args.band = parse_band(args.band)
@@ -142,6 +145,18 @@ def trainer_log(run: Path) -> list[dict]:
     return [e for e in json.loads(states[-1].read_text())["log_history"] if "reward" in e]
 
 
+def drift(steps: list[dict], window: int = 4) -> dict:
+    """The first and last `window` steps of a run, averaged, for each logged quantity: what moved while it trained
+    (per step the values swing with the prompts drawn)."""
+    out = {}
+    for key in ("reward", "frac_reward_zero_std", "kl", "completions/mean_length", "entropy"):
+        values = [e[key] for e in steps if key in e]
+        if values:
+            out[key] = {"first": round(sum(values[:window]) / len(values[:window]), 4),
+                        "last": round(sum(values[-window:]) / len(values[-window:]), 4)}
+    return out
+
+
 def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
     import matplotlib
 
@@ -160,8 +175,8 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
         axis.set_xlabel("optimizer step")
     axes[0].legend(fontsize=8)
     chosen = result.get("chosen_lr")
-    figure.suptitle(f"GRPO with the correctness reward, per learning rate (chosen on validation: {chosen})",
-                    fontsize=10)
+    figure.suptitle("GRPO with the correctness reward, per learning rate"
+                    + (f" (chosen on validation: {chosen})" if chosen else ""), fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -189,12 +204,19 @@ def main(argv=None) -> dict:
         logs[f"lr {lr:g}"] = trainer_log(finals[lr].parent)
         after = greedy_correct(str(finals[lr]), problems["validation"], work / f"validation-lr-{lr:g}.jsonl",
                                args.max_completion_length)
+        steps = [{k: e[k] for k in ("step", "reward", "frac_reward_zero_std", "kl", "completions/mean_length",
+                                    "entropy") if k in e} for e in logs[f"lr {lr:g}"]]
         result["validation"]["runs"][f"{lr:g}"] = {
             "after": analysis.bootstrap_accuracy(after),
             "after - before": analysis.paired_bootstrap(after, base_validation),
-            "steps": [{k: e[k] for k in ("step", "reward", "frac_reward_zero_std", "kl", "completions/mean_length",
-                                         "entropy") if k in e} for e in logs[f"lr {lr:g}"]]}
+            "drift": drift(steps), "steps": steps}
         write_json_atomic(Path(args.out), result)
+        plot(result, logs, Path(args.out).with_suffix(".png"))
+    if args.validation_only:
+        result["held_out"] = "not read (--validation-only)"
+        result["seconds_this_call"] = round(time.perf_counter() - started, 1)
+        write_json_atomic(Path(args.out), result)
+        return result
     accuracy = {lr: result["validation"]["runs"][f"{lr:g}"]["after"]["accuracy"] for lr in args.lrs}
     chosen = min(args.lrs, key=lambda lr: (-accuracy[lr], lr))
     result["chosen_lr"] = f"{chosen:g}"
