@@ -1,0 +1,54 @@
+"""bench/rl_control.py's stages on a tiny random policy: the pool filtered by prmkit rl-filter, one GRPO run per
+learning rate judged on the validation problems, the held-out problems unread under --validation-only and read once
+after; a second call continues from the finished files instead of training again."""
+
+import json
+import shutil
+
+import pytest
+
+import rl_control
+
+pytestmark = pytest.mark.slow
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_policy(tiny_llama, tmp_path_factory):
+    """The tiny policy with a chat template: TRL's GRPO sends the benchmark's prompts as chat messages."""
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("chat-policy") / "policy"
+    shutil.copytree(tiny_llama, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_control(tiny_llama, work, out, *extra):
+    return rl_control.main(["--work", str(work), "--policy", str(tiny_llama), "--pool", "2", "--k", "2",
+                            "--band", "0,1", "--validation", "3", "--held-out", "3", "--lrs", "1e-6", "--steps", "1",
+                            "--prompts-per-step", "1", "--group", "2", "--max-completion-length", "8",
+                            "--out", str(out), *extra])
+
+
+def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(chat_policy, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "rl_control.json"
+    first = tiny_control(chat_policy, work, out, "--validation-only")
+    assert first["pool"]["prompts"] == 2 and first["pool"]["kept"] == 2  # the band 0-1 keeps every problem
+    assert first["held_out"].startswith("not read") and not list(work.glob("held-out-*"))
+    run = first["validation"]["runs"]["1e-06"]
+    assert {"after", "after - before", "drift", "steps"} <= set(run) and len(run["steps"]) == 1
+    final = work / "lr-1e-06" / "outcome" / "final"
+    trained_at = (final / "config.json").stat().st_mtime_ns
+    assert out.with_suffix(".png").is_file()
+
+    second = tiny_control(chat_policy, work, out)
+    assert (final / "config.json").stat().st_mtime_ns == trained_at  # finished run and evaluations are read again
+    assert second["chosen_lr"] == "1e-06" and set(second["held_out"]) == {"before", "after", "after - before"}
+    assert sorted(p.name for p in work.glob("held-out-*")) == ["held-out-before.jsonl", "held-out-lr-1e-06.jsonl"]
+    assert json.loads(out.read_text())["held_out"]["before"]["accuracy"] == second["held_out"]["before"]["accuracy"]
