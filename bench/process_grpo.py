@@ -111,8 +111,33 @@ def step_log(path: Path, checker: AnswerReward, golds: dict[str, str]):
     return StepLog()
 
 
-def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: list[dict]) -> Path:
-    """GRPO from `policy` with `condition`'s reward; the final policy folder (skipped when it exists)."""
+def snapshots(folder: Path, steps: set[int]):
+    """A TrainerCallback that saves the policy (weights and tokenizer, no optimizer state) after each of `steps` to
+    folder/step-N, so one run is judged at several lengths instead of one run per length."""
+    import shutil
+
+    from transformers import TrainerCallback
+
+    class Snapshot(TrainerCallback):
+        trainer = None
+
+        def on_step_end(self, args, state, *_, **__):
+            target = folder / f"step-{state.global_step}"
+            if state.global_step not in steps or (target / "config.json").is_file():
+                return
+            partial = target.with_name(target.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)  # left by a kill mid-save
+            self.trainer.save_model(str(partial))
+            self.trainer.processing_class.save_pretrained(partial)
+            partial.rename(target)
+
+    return Snapshot()
+
+
+def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: list[dict],
+          snapshot_steps: set[int] = frozenset()) -> Path:
+    """GRPO from `policy` with `condition`'s reward; the final policy folder (skipped when it exists). The policy
+    after each of `snapshot_steps` is saved beside it as step-N."""
     final = work / condition / "final"
     if (final / "config.json").is_file():
         return final
@@ -142,7 +167,9 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
     answers = AnswerReward()
     log = step_log(folder / "steps.jsonl", answers, {r["prompt"]: str(r["gold_answer"]) for r in rows})
-    common = dict(model=model, args=None, train_dataset=dataset, processing_class=tokenizer, callbacks=[log])
+    snapshot = snapshots(folder, set(snapshot_steps))
+    common = dict(model=model, args=None, train_dataset=dataset, processing_class=tokenizer,
+                  callbacks=[log, snapshot])
     if condition in ("sum", "min"):
         common["args"] = ProcessGRPOConfig(**settings, advantage_rule=condition, outcome_weight=0.0)
         prm = PRMReward(prm_run, aggregate=args.aggregate, device="cpu", name="prm")
@@ -152,7 +179,7 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
         reward = answers if condition == "outcome" else \
             PRMReward(prm_run, aggregate=args.aggregate, device="cpu", name="prm")
         trainer = GRPOTrainer(reward_funcs=[reward], **common)
-    log.trainer = trainer
+    log.trainer = snapshot.trainer = trainer
     resume = any(folder.glob("checkpoint-*"))
     print(f"== grpo {condition}: {args.steps} steps{' (resumed)' if resume else ''}", flush=True)
     try:

@@ -9,12 +9,15 @@ against it (bench/process_grpo.py compares the rules at the settings chosen here
    lies in the band (`prmkit.rl.prompt_filter`, PRIME's 0.2-0.8) are the GRPO problems. A group whose samples are
    all right or all wrong has no reward spread, so GRPO learns nothing from it.
 3. One GRPO run per learning rate (TRL's GRPOTrainer, the correctness reward, equal steps, prompts per step, group,
-   KL beta and seed), each judged by greedy accuracy on the validation problems.
-4. The learning rate with the best validation accuracy (the smaller on a tie) is read once on the held-out problems:
-   greedy accuracy before and after, with the paired bootstrap interval. No other run touches the held-out file.
+   KL beta and seed), each judged by greedy accuracy on the validation problems after its last step and after each
+   of the `--snapshots` steps (the policy saved on the way), so the run length is chosen on validation too.
+4. The (learning rate, steps) with the best validation accuracy (the smaller, then the shorter, on a tie) is read
+   once on the held-out problems: greedy accuracy before and after, with the paired bootstrap interval. No other
+   run touches the held-out file.
 
     python bench/rl_control.py --work rl-work     # run it again after a kill to continue: every stage resumes
     python bench/rl_control.py --work rl-work --validation-only   # the sweep alone; the held-out problems unread
+    python bench/rl_control.py --work rl-work --lrs 1e-5 --steps 32 --snapshots 16   # judged at 16 and 32 steps
 
 Writes bench/results/rl_control.json and bench/results/rl_control.png (per-step reward, training accuracy, share of
 groups with no reward spread, KL and completion length of each run).
@@ -60,6 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lrs", default="1e-6,3e-6,1e-5")
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient against the starting policy")
     parser.add_argument("--steps", type=int, default=16, help="optimizer steps per run")
+    parser.add_argument("--snapshots", default="", help="earlier steps at which each run is judged on validation "
+                        "too, comma-separated (e.g. 16 with --steps 32)")
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--group", type=int, default=8, help="completions per prompt (num_generations)")
     parser.add_argument("--temperature", type=float, default=0.8)
@@ -70,6 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.band = parse_band(args.band)
     args.lrs = [float(x) for x in args.lrs.split(",")]
+    args.snapshots = sorted({int(x) for x in args.snapshots.split(",") if x.strip()})
+    if any(not 0 < step < args.steps for step in args.snapshots):
+        parser.error(f"--snapshots {args.snapshots}: each must lie between 1 and --steps - 1 ({args.steps - 1}); "
+                     "the last step is always judged")
     return args
 
 
@@ -127,14 +136,15 @@ def greedy_correct(policy: str, problems: list[dict], path: Path, max_new_tokens
     return [int(r["correct"]) for r in rows]
 
 
-def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> Path:
-    """bench/process_grpo.py's `outcome` run at this learning rate; the final policy folder."""
+def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> dict[int, Path]:
+    """bench/process_grpo.py's `outcome` run at this learning rate; the policy folder after each judged step."""
     from process_grpo import train
 
     settings = argparse.Namespace(steps=args.steps, prompts_per_step=args.prompts_per_step, group=args.group,
                                   lr=lr, beta=args.beta, temperature=args.temperature,
                                   max_completion_length=args.max_completion_length, aggregate="min")
-    return train("outcome", settings, work / f"lr-{lr:g}", policy, Path("-"), rows)
+    final = train("outcome", settings, work / f"lr-{lr:g}", policy, Path("-"), rows, set(args.snapshots))
+    return {**{step: final.parent / f"step-{step}" for step in args.snapshots}, args.steps: final}
 
 
 def trainer_log(run: Path) -> list[dict]:
@@ -174,7 +184,7 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("optimizer step")
     axes[0].legend(fontsize=8)
-    chosen = result.get("chosen_lr")
+    chosen = f"lr {result['chosen_lr']}, {result['chosen_steps']} steps" if "chosen_lr" in result else ""
     figure.suptitle("GRPO with the correctness reward, per learning rate"
                     + (f" (chosen on validation: {chosen})" if chosen else ""), fontsize=10)
     figure.tight_layout()
@@ -198,17 +208,21 @@ def main(argv=None) -> dict:
     base_validation = greedy_correct(str(policy), problems["validation"], work / "validation-before.jsonl",
                                      args.max_completion_length)
     result["validation"] = {"before": analysis.bootstrap_accuracy(base_validation), "runs": {}}
-    logs, finals = {}, {}
+    logs, policies, accuracy = {}, {}, {}
     for lr in args.lrs:
-        finals[lr] = grpo(args, lr, policy, kept, work)
-        logs[f"lr {lr:g}"] = trainer_log(finals[lr].parent)
-        after = greedy_correct(str(finals[lr]), problems["validation"], work / f"validation-lr-{lr:g}.jsonl",
-                               args.max_completion_length)
+        policies[lr] = grpo(args, lr, policy, kept, work)
+        logs[f"lr {lr:g}"] = trainer_log(policies[lr][args.steps].parent)
+        judged = {}
+        for step, folder in policies[lr].items():
+            after = greedy_correct(str(folder), problems["validation"],
+                                   work / f"validation-lr-{lr:g}-step-{step}.jsonl", args.max_completion_length)
+            accuracy[lr, step] = sum(after) / len(after)
+            judged[step] = {"after": analysis.bootstrap_accuracy(after),
+                            "after - before": analysis.paired_bootstrap(after, base_validation)}
         steps = [{k: e[k] for k in ("step", "reward", "frac_reward_zero_std", "kl", "completions/mean_length",
                                     "entropy") if k in e} for e in logs[f"lr {lr:g}"]]
         result["validation"]["runs"][f"{lr:g}"] = {
-            "after": analysis.bootstrap_accuracy(after),
-            "after - before": analysis.paired_bootstrap(after, base_validation),
+            **judged[args.steps], "snapshots": {str(step): judged[step] for step in args.snapshots},
             "drift": drift(steps), "steps": steps}
         write_json_atomic(Path(args.out), result)
         plot(result, logs, Path(args.out).with_suffix(".png"))
@@ -217,20 +231,20 @@ def main(argv=None) -> dict:
         result["seconds_this_call"] = round(time.perf_counter() - started, 1)
         write_json_atomic(Path(args.out), result)
         return result
-    accuracy = {lr: result["validation"]["runs"][f"{lr:g}"]["after"]["accuracy"] for lr in args.lrs}
-    chosen = min(args.lrs, key=lambda lr: (-accuracy[lr], lr))
-    result["chosen_lr"] = f"{chosen:g}"
+    chosen, chosen_step = min(accuracy, key=lambda run: (-accuracy[run], *run))
+    result["chosen_lr"], result["chosen_steps"] = f"{chosen:g}", chosen_step
     # The held-out problems are read here, once, for the starting policy and the chosen run only.
     before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",
                             args.max_completion_length)
-    after = greedy_correct(str(finals[chosen]), problems["held_out"], work / f"held-out-lr-{chosen:g}.jsonl",
-                           args.max_completion_length)
+    after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"],
+                           work / f"held-out-lr-{chosen:g}-step-{chosen_step}.jsonl", args.max_completion_length)
     result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
                           "after - before": analysis.paired_bootstrap(after, before)}
     result["seconds_this_call"] = round(time.perf_counter() - started, 1)
     write_json_atomic(Path(args.out), result)
     plot(result, logs, Path(args.out).with_suffix(".png"))
-    print(json.dumps({"chosen_lr": result["chosen_lr"], "held_out": result["held_out"]}, indent=1))
+    print(json.dumps({"chosen_lr": result["chosen_lr"], "chosen_steps": chosen_step, "held_out": result["held_out"]},
+                     indent=1))
     return result
 
 

@@ -1,6 +1,7 @@
 """bench/rl_control.py's stages on a tiny random policy: the pool filtered by prmkit rl-filter, one GRPO run per
-learning rate judged on the validation problems, the held-out problems unread under --validation-only and read once
-after; a second call continues from the finished files instead of training again."""
+learning rate judged on the validation problems after its last step and a snapshot on the way, the held-out problems
+unread under --validation-only and read once after; a second call continues from the finished files instead of
+training again."""
 
 import json
 import shutil
@@ -31,24 +32,37 @@ def chat_policy(tiny_llama, tmp_path_factory):
 
 def tiny_control(tiny_llama, work, out, *extra):
     return rl_control.main(["--work", str(work), "--policy", str(tiny_llama), "--pool", "2", "--k", "2",
-                            "--band", "0,1", "--validation", "3", "--held-out", "3", "--lrs", "1e-6", "--steps", "1",
+                            "--band", "0,1", "--validation", "3", "--held-out", "3", "--lrs", "1e-6", "--steps", "2",
                             "--prompts-per-step", "1", "--group", "2", "--max-completion-length", "8",
                             "--out", str(out), *extra])
 
 
 def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(chat_policy, tmp_path):
     work, out = tmp_path / "work", tmp_path / "rl_control.json"
-    first = tiny_control(chat_policy, work, out, "--validation-only")
+    first = tiny_control(chat_policy, work, out, "--validation-only", "--snapshots", "1")
     assert first["pool"]["prompts"] == 2 and first["pool"]["kept"] == 2  # the band 0-1 keeps every problem
     assert first["held_out"].startswith("not read") and not list(work.glob("held-out-*"))
     run = first["validation"]["runs"]["1e-06"]
-    assert {"after", "after - before", "drift", "steps"} <= set(run) and len(run["steps"]) == 1
+    assert {"after", "after - before", "drift", "steps", "snapshots"} <= set(run) and len(run["steps"]) == 2
+    assert set(run["snapshots"]) == {"1"} and set(run["snapshots"]["1"]) == {"after", "after - before"}
+    assert (work / "lr-1e-06" / "outcome" / "step-1" / "config.json").is_file()
+    assert sorted(p.name for p in work.glob("validation-lr-*")) == ["validation-lr-1e-06-step-1.jsonl",
+                                                                    "validation-lr-1e-06-step-2.jsonl"]
     final = work / "lr-1e-06" / "outcome" / "final"
     trained_at = (final / "config.json").stat().st_mtime_ns
     assert out.with_suffix(".png").is_file()
 
-    second = tiny_control(chat_policy, work, out)
+    second = tiny_control(chat_policy, work, out, "--snapshots", "1")
     assert (final / "config.json").stat().st_mtime_ns == trained_at  # finished run and evaluations are read again
     assert second["chosen_lr"] == "1e-06" and set(second["held_out"]) == {"before", "after", "after - before"}
-    assert sorted(p.name for p in work.glob("held-out-*")) == ["held-out-before.jsonl", "held-out-lr-1e-06.jsonl"]
+    accuracy = {"1": run["snapshots"]["1"]["after"]["accuracy"], "2": run["after"]["accuracy"]}
+    best = min(accuracy, key=lambda step: (-accuracy[step], int(step)))  # the shorter run on a tie
+    assert second["chosen_steps"] == int(best)
+    assert sorted(p.name for p in work.glob("held-out-*")) == ["held-out-before.jsonl",
+                                                               f"held-out-lr-1e-06-step-{best}.jsonl"]
     assert json.loads(out.read_text())["held_out"]["before"]["accuracy"] == second["held_out"]["before"]["accuracy"]
+
+
+def test_a_snapshot_must_come_before_the_last_step():
+    with pytest.raises(SystemExit):
+        rl_control.parse_args(["--steps", "4", "--snapshots", "4"])
