@@ -1,6 +1,7 @@
 """Sampling solutions from a policy model, for labelling and search: `options` (every default), `base` (the
 outputs contract: `Sample`, the `Generator` protocol, chat prompts, stop strings), `hf` (the transformers backend,
-CPU or GPU), `vllm_backend` (vLLM: prefix caching, tensor parallel) and `load_generator` to pick one by name."""
+CPU or GPU), `vllm_backend` (vLLM: prefix caching, tensor parallel), `confidence` (the policy's log-prob of
+what it wrote, the baseline beside a PRM) and `load_generator` to pick one by name."""
 
 from prmkit.generation.base import Generator, Sample
 from prmkit.generation.options import GenerationOptions

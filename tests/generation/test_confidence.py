@@ -1,0 +1,65 @@
+"""completion_logprobs against a naive per-token computation (each pair alone, full logits, log_softmax, gather) on
+the tiny models: batches of different lengths, left and right padding, chunked heads, empty completions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from prmkit.errors import PRMError
+from prmkit.generation.confidence import CompletionLogprob, completion_logprobs
+
+PROMPTS = [[0, 11, 12, 13], [0, 40], [0, 7, 8, 9, 10, 11, 12, 13, 14, 15], [0, 21, 22]]
+COMPLETIONS = [[30, 31, 32], [41, 42, 43, 44, 45, 46, 47], [50], []]
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model(request, tiny_llama, tiny_gpt2):
+    folder = tiny_llama if request.param == "llama" else tiny_gpt2
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def naive(model, prompt: list[int], completion: list[int]) -> float:
+    """One unpadded pair: the full vocabulary's logits at every position, log_softmax, the completion's tokens."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0]
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    return sum(logprobs[len(prompt) - 1 + k, token].item() for k, token in enumerate(completion))
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("batch_size,positions_per_chunk", [(4, 1024), (3, 2), (1, 1)])
+def test_equals_the_naive_computation_whatever_the_batching(model, padding_side, batch_size, positions_per_chunk):
+    found = completion_logprobs(model, PROMPTS, COMPLETIONS, batch_size=batch_size,
+                                positions_per_chunk=positions_per_chunk, padding_side=padding_side)
+    expected = [naive(model, p, c) for p, c in zip(PROMPTS, COMPLETIONS)]
+    assert [f.tokens for f in found] == [len(c) for c in COMPLETIONS]
+    for result, value in zip(found, expected):
+        assert result.logprob == pytest.approx(value, abs=1e-5)
+    assert found[3] == CompletionLogprob(0.0, 0) and found[3].mean is None
+    assert found[1].mean == pytest.approx(expected[1] / 7, abs=1e-6)
+    assert all(f.logprob < 0 for f in found[:3])
+
+
+def test_a_pair_scores_the_same_alone_and_beside_longer_ones(model):
+    alone = completion_logprobs(model, PROMPTS[1:2], COMPLETIONS[1:2])[0]
+    batched = completion_logprobs(model, PROMPTS, COMPLETIONS, padding_side="left")[1]
+    assert batched.logprob == pytest.approx(alone.logprob, abs=1e-5)
+
+
+def test_bad_input_is_a_clear_error(model):
+    with pytest.raises(ValueError, match="one completion per prompt"):
+        completion_logprobs(model, PROMPTS, COMPLETIONS[:2])
+    with pytest.raises(ValueError, match="prompt 1 has no tokens"):
+        completion_logprobs(model, [[0], []], [[1], [2]])
+    with pytest.raises(ValueError, match="padding_side"):
+        completion_logprobs(model, PROMPTS, COMPLETIONS, padding_side="middle")
+    with pytest.raises(ValueError, match="batch_size=0"):
+        completion_logprobs(model, PROMPTS, COMPLETIONS, batch_size=0)
+
+
+def test_a_model_that_transforms_its_logits_after_the_head_is_refused(model, monkeypatch):
+    monkeypatch.setattr(model.config, "final_logit_softcapping", 30.0, raising=False)
+    with pytest.raises(PRMError, match="final_logit_softcapping=30.0"):
+        completion_logprobs(model, PROMPTS, COMPLETIONS)
