@@ -94,3 +94,37 @@ def test_chat_prompt_uses_the_template_and_opens_the_assistant_turn(tokenizer):
                                "{% if add_generation_prompt %}<assistant>{% endif %}")
     text = chat_prompt(templated, "What is 2 + 2?", "First, ", "Be brief.")
     assert text == "<system>Be brief.</system><user>What is 2 + 2?</user><assistant>First, "
+
+
+def test_each_samples_logprob_is_the_raw_log_prob_of_its_counted_tokens(generator):
+    """Checked against `generate`'s own raw logits (before temperature and top-p) on a greedy run: every counted
+    token, the EOS one included, and nothing after it."""
+    from transformers import GenerationConfig
+
+    prompts = ["Tom has 3 apples.", "What is the total cost?"]
+    samples = generator.generate(prompts, n=1, temperature=0, max_new_tokens=12)
+    config = GenerationConfig(max_new_tokens=12, do_sample=False, pad_token_id=generator.tokenizer.pad_token_id,
+                              eos_token_id=sorted(generator.eos_ids))
+    for prompt, (sample,) in zip(prompts, samples):
+        ids = generator.tokenizer(prompt, return_tensors="pt")["input_ids"]
+        out = generator.model.generate(input_ids=ids, generation_config=config, output_logits=True,
+                                       return_dict_in_generate=True)
+        new = out.sequences[0, ids.shape[1]:]
+        expected = sum(torch.log_softmax(out.logits[k][0].double(), -1)[new[k]].item() for k in range(sample.tokens))
+        assert sample.logprob == pytest.approx(expected, abs=1e-4)
+        assert sample.logprob < 0
+
+
+def test_the_extra_forward_does_not_change_the_samples(generator, monkeypatch):
+    import prmkit.generation.hf as hf
+    from prmkit.generation.confidence import CompletionLogprob
+
+    prompts = ["Tom has 3 apples.", "The answer is", "Each friend gets"]
+    scored = generator.generate(prompts, n=3, seed=11)
+    monkeypatch.setattr(hf, "completion_logprobs",
+                        lambda model, prompt_ids, completion_ids, **_: [CompletionLogprob(0.0, 0)] * len(prompt_ids))
+    unscored = generator.generate(prompts, n=3, seed=11)
+    assert [(s.text, s.tokens, s.finish_reason) for p in scored for s in p] == \
+        [(s.text, s.tokens, s.finish_reason) for p in unscored for s in p]
+    assert all(s.logprob is not None and s.logprob < 0 for p in scored for s in p)
+    assert len({s.logprob for p in scored for s in p}) > 1

@@ -24,8 +24,22 @@ PROBLEMS = ["Tom has 3 bags of 4 apples. How many apples does he have?",
 GREEDY_TOKENS = 16
 
 
-def completion(text: str, tokens: int, finish_reason: str, index: int = 0):
-    return SimpleNamespace(text=text, token_ids=list(range(tokens)), finish_reason=finish_reason, index=index)
+def completion(text: str, tokens: int, finish_reason: str, index: int = 0, logprobs=None):
+    return SimpleNamespace(text=text, token_ids=list(range(tokens)), finish_reason=finish_reason, index=index,
+                           logprobs=logprobs)
+
+
+def test_a_samples_logprob_sums_the_sampled_tokens_logprobs():
+    # with SamplingParams(logprobs=0) each step holds the sampled token, and may hold others (a top-k request)
+    steps = [{0: SimpleNamespace(logprob=-0.5)},
+             {1: SimpleNamespace(logprob=-1.25), 7: SimpleNamespace(logprob=-3.0)},
+             {2: SimpleNamespace(logprob=-0.25)}]
+    sample = VLLMGenerator._sample(completion("So 7.", 3, "stop", logprobs=steps), ())
+    assert sample.logprob == pytest.approx(-2.0) and sample.tokens == 3
+    assert VLLMGenerator._sample(completion("So 7.", 3, "stop"), ()).logprob is None  # vLLM computed none
+    repeated = samples_from_outputs([SimpleNamespace(outputs=[completion("So 7.", 3, "stop", logprobs=steps)])],
+                                    n=2, stop=())[0]
+    assert [s.logprob for s in repeated] == [pytest.approx(-2.0), None]  # a repeat covers no generated token
 
 
 def test_samples_are_cut_at_the_earliest_stop_and_told_apart_from_eos_and_length():
@@ -79,6 +93,9 @@ def test_building_the_generator_creates_no_cuda_context_before_vllm_starts(tiny_
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm", gpu_memory_utilization=0.5))
     assert built["dtype"] == torch.float16 and built["gpu_memory_utilization"] == 0.5
+    assert built["logprobs_mode"] == "raw_logprobs"  # a Sample's logprob is the policy's, before temperature
+    with pytest.raises(PRMError, match="logprobs_mode='processed_logprobs'"):
+        VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm"), logprobs_mode="processed_logprobs")
 
 
 def test_on_cpu_prompts_are_never_prefilled_in_chunks(tiny_llama, monkeypatch):
@@ -206,6 +223,8 @@ def test_greedy_output_agrees_with_the_transformers_backend(vllm_answers):
         want_ids = encode(want[0].text, add_special_tokens=False)["input_ids"]
         assert got_ids[:8] == want_ids[:8], (got[0].text, want[0].text)
         assert got[0].tokens == want[0].tokens and got[0].finish_reason == want[0].finish_reason
+        if got[0].text == want[0].text:  # the same tokens: vLLM's raw log-probs and the transformers forward agree
+            assert got[0].logprob == pytest.approx(want[0].logprob, abs=1e-3)
 
 
 def test_search_leaves_the_prm_half_the_gpu_unless_told_otherwise():

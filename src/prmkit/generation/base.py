@@ -1,8 +1,9 @@
 """What every generation backend returns and how a problem becomes a policy prompt.
 
 A backend takes finished prompt strings and returns, for each prompt, `n` `Sample`s: the text generated (cut just
-before the first stop string it produced, if any), how many tokens that cost, and why it ended. Labelling and
-search only ever see this contract, so the transformers and vLLM backends are interchangeable.
+before the first stop string it produced, if any), how many tokens that cost, why it ended, and the policy's
+log-probability of those tokens. Labelling and search only ever see this contract, so the transformers and vLLM
+backends are interchangeable.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class Sample:
     tokens: int  # tokens generated, the stop string's included, padding not
     finish_reason: FinishReason  # stop: a stop string; eos: the model ended; length: max_new_tokens reached
     stop: str | None = None  # the stop string that ended it, when finish_reason is "stop"
+    # The sum of the log-probs of the `tokens` generated tokens under the policy's raw distribution (temperature 1,
+    # no top-p), the policy's own confidence in the sample; None where the backend did not compute it.
+    logprob: float | None = None
 
 
 class Generator(Protocol):

@@ -4,11 +4,16 @@ Prompts are expanded to `n` copies each, sorted by length so a batch pads little
 sequences at a time with left padding, and put back in prompt order. Each batch samples from its own seed
 (derived from the call's seed and the batch's place), inside a forked RNG so the caller's torch random state is
 untouched and a call repeated with the same inputs gives the same samples.
+
+Each sample's `logprob` comes from one extra teacher-forced forward over the batch's prompts and counted tokens
+(`confidence.completion_logprobs`): `generate` only exposes scores after temperature and top-p, and the baseline
+wants the raw distribution. The forward draws no random numbers, so the samples are the same with or without it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -16,6 +21,7 @@ import torch
 from prmkit.backbones import resolve_base
 from prmkit.device import resolve_device, resolve_dtype
 from prmkit.generation.base import FinishReason, Sample, chat_prompt, check_stop, cut_at_stop
+from prmkit.generation.confidence import completion_logprobs
 from prmkit.generation.options import GenerationOptions
 
 
@@ -85,8 +91,11 @@ class TransformersGenerator:
                                              attention_mask=batch["attention_mask"].to(self.device),
                                              generation_config=config, tokenizer=self.tokenizer)
             new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()
-            for j, ids in zip(rows, new_tokens):
-                samples[j] = self._sample(ids, stop)
+            drawn = [self._sample(ids, stop) for ids in new_tokens]
+            scored = completion_logprobs(self.model, [encoded[expanded[j]] for j in rows],
+                                         [ids[:s.tokens] for ids, s in zip(new_tokens, drawn)], batch_size=size)
+            for j, sample, confidence in zip(rows, drawn, scored):
+                samples[j] = replace(sample, logprob=confidence.logprob)
         return [samples[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def _sample(self, ids: list[int], stop: tuple[str, ...]) -> Sample:

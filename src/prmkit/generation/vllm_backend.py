@@ -7,6 +7,10 @@ token ids, so both backends read identical inputs. Each prompt is one vLLM reque
 the call's seed and the prompt's place), so its samples do not depend on what else is in the batch. vLLM keeps the
 stop string in the text it returns and `cut_at_stop` cuts it, exactly as the transformers backend does.
 
+Each sample's `logprob` is the sum of vLLM's log-probs of its sampled tokens (`SamplingParams(logprobs=0)`: the
+sampled token's alone). vLLM computes those from the raw logits, before temperature, top-p and penalties, only in
+its `logprobs_mode="raw_logprobs"` (its default); the engine is started in that mode and refuses another.
+
 This process never touches CUDA before vLLM has started: vLLM starts its engine process by fork only while the
 parent has no CUDA context (with one it must spawn instead, which re-imports the caller's main module and fails in
 a script without an `if __name__ == "__main__":` guard), and a context held here costs GPU memory for nothing.
@@ -27,6 +31,9 @@ from prmkit.generation.base import FinishReason, Sample, chat_prompt, check_stop
 from prmkit.generation.options import GenerationOptions
 
 
+RAW_LOGPROBS = "raw_logprobs"
+
+
 def request_seed(seed: int, prompt_index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/prompt/{prompt_index}".encode()).digest()[:8], "big") % (2**63)
 
@@ -45,14 +52,22 @@ def engine_dtype(dtype: str | None, platform: str, supported: Sequence[torch.dty
 def samples_from_outputs(outputs, n: int, stop: tuple[str, ...]) -> list[list[Sample]]:
     """vLLM's request outputs as `n` Samples per prompt. A greedy request was drawn once (see `generate`): its
     sample is repeated, and the repeats say 0 tokens, since nothing was generated for them; a prompt's samples then
-    add up to the tokens vLLM really generated."""
+    add up to the tokens vLLM really generated. A repeat's logprob is None: it covers no generated token."""
     results = []
     for out in outputs:
         samples = [VLLMGenerator._sample(c, stop) for c in sorted(out.outputs, key=lambda c: c.index)]
         if len(samples) == 1 and n > 1:
-            samples += [replace(samples[0], tokens=0)] * (n - 1)
+            samples += [replace(samples[0], tokens=0, logprob=None)] * (n - 1)
         results.append(samples)
     return results
+
+
+def sampled_logprob(completion) -> float | None:
+    """The sum of the sampled tokens' log-probs: vLLM's `logprobs` holds one {token id: Logprob} per generated
+    token, the sampled token among them; None when vLLM returned none."""
+    if completion.logprobs is None:
+        return None
+    return float(sum(step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs)))
 
 
 class VLLMGenerator:
@@ -81,6 +96,10 @@ class VLLMGenerator:
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         # A chat template writes its own special tokens; a bare tokenizer adds its BOS the usual way.
         self.add_special_tokens = not getattr(self.tokenizer, "chat_template", None)
+        mode = engine_args.setdefault("logprobs_mode", RAW_LOGPROBS)
+        if mode != RAW_LOGPROBS:
+            raise PRMError(f"logprobs_mode={mode!r}: a Sample's logprob is the policy's raw log-probability, which "
+                           f"vLLM reports only with logprobs_mode={RAW_LOGPROBS!r}; leave it unset")
         if platform == "cpu":
             # With a prompt's prefill cut into chunks, vLLM's CPU worker rewinds that request's seeded generator,
             # which a CPU torch.Generator cannot do ("CPU Generator does not use offset"): the engine dies on the
@@ -113,7 +132,7 @@ class VLLMGenerator:
                                  top_p=self.options.top_p if temperature > 0 else 1.0,
                                  max_tokens=max_new_tokens or self.options.max_new_tokens,
                                  seed=request_seed(seed, index), stop=list(stop) or None,
-                                 include_stop_str_in_output=True, skip_special_tokens=True)
+                                 include_stop_str_in_output=True, skip_special_tokens=True, logprobs=0)
                   for index in range(len(prompts))]
         inputs = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=self.add_special_tokens)["input_ids"]}
                   for p in prompts]
@@ -132,7 +151,8 @@ class VLLMGenerator:
             reason = "length"
         else:
             reason = "eos"
-        return Sample(text=text, tokens=len(completion.token_ids), finish_reason=reason, stop=matched)
+        return Sample(text=text, tokens=len(completion.token_ids), finish_reason=reason, stop=matched,
+                      logprob=sampled_logprob(completion))
 
     def close(self) -> None:
         """Stop vLLM's engine processes now, rather than when the interpreter exits."""
