@@ -1,0 +1,148 @@
+"""The baseline a PRM must beat at choosing among a problem's samples: the policy's own confidence in each sample,
+its log-probability under the policy's raw distribution (`prmkit.generation.confidence`). Within-problem AUROC,
+best-of-N, weighted best-of-N and the vote-aware rules against majority voting, on the samples that
+bench/lifecycle/onpolicy.py drew for an evaluation split (the same files the PRMs of bench/ranking.py are judged
+on), so a PRM's table and this one compare.
+
+Three confidences per sample, chosen between on validation problems only:
+- `mean`: log-prob per token of the whole solution (the length-fair one);
+- `sum`: the solution's total log-prob (favours short solutions);
+- `answer`: log-prob of the final answer's tokens given everything before them.
+
+    python bench/lifecycle/onpolicy.py --split validation --problems 64 --k 8 --work /work/ranking/val
+    python bench/confidence.py --samples /work/ranking/val/samples.jsonl --split validation
+
+The held-out read (`--split held_out --confidence C`) takes the confidence the validation run chose and reports that
+one only. Writes bench/results/confidence.json (one entry per split, the others kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from lifecycle.onpolicy import DELIMITER  # noqa: E402
+from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
+from prmkit.evaluation.within_problem import WEIGHTED, within_problem_metrics  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
+from prmkit.generation.base import chat_prompt  # noqa: E402
+from prmkit.generation.confidence import completion_logprobs  # noqa: E402
+from prmkit.generation.options import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+
+CONFIDENCES = ("mean", "sum", "answer")
+ANSWER_OPENS = "\\boxed{"  # the policy closes with "The answer is \\boxed{N}."
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", required=True, help="WORK/samples.jsonl of bench/lifecycle/onpolicy.py")
+    parser.add_argument("--split", choices=("validation", "held_out"), required=True)
+    parser.add_argument("--confidence", choices=CONFIDENCES, default=None,
+                        help="held_out only: the confidence the validation run chose (the one read)")
+    parser.add_argument("--policy", default=None, help="the policy that drew the samples (default: the cached "
+                        "benchmark policy)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "confidence.json"))
+    args = parser.parse_args(argv)
+    if (args.split == "held_out") != (args.confidence is not None):
+        parser.error("--confidence goes with --split held_out, and only there: validation compares all three, "
+                     "held-out problems read the one validation chose")
+    return args
+
+
+def solution_text(sample: dict) -> str:
+    return DELIMITER.join(sample["steps"])
+
+
+def confidences(model, tokenizer, problems: list[dict]) -> list[list[dict[str, float | None]]]:
+    """Per problem, per sample: each confidence of CONFIDENCES (None where the sample wrote no boxed answer)."""
+    prompts, completions, owners = [], [], []
+    for p, problem in enumerate(problems):
+        prompt = tokenizer(chat_prompt(tokenizer, problem["prompt"], "", DEFAULT_SYSTEM_PROMPT),
+                           add_special_tokens=False)["input_ids"]
+        for s, sample in enumerate(problem["samples"]):
+            text = solution_text(sample)
+            prompts.append(prompt)
+            completions.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+            owners.append((p, s, "whole"))
+            cut = text.rfind(ANSWER_OPENS)
+            if cut != -1 and sample["answer"] is not None:
+                head = tokenizer(text[:cut + len(ANSWER_OPENS)], add_special_tokens=False)["input_ids"]
+                prompts.append(prompt + head)
+                completions.append(tokenizer(str(sample["answer"]), add_special_tokens=False)["input_ids"])
+                owners.append((p, s, "answer"))
+    results = completion_logprobs(model, prompts, completions, batch_size=16)
+    out = [[{name: None for name in CONFIDENCES} for _ in problem["samples"]] for problem in problems]
+    for (p, s, part), result in zip(owners, results):
+        if part == "whole":
+            out[p][s]["mean"], out[p][s]["sum"] = result.mean, result.logprob
+        else:
+            out[p][s]["answer"] = result.logprob
+    return out
+
+
+def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
+    """prmkit.evaluation.within_problem's groups: one per problem, the samples in drawing order."""
+    return [{"key": problem["id"], "correct": [bool(s["correct"]) for s in problem["samples"]],
+             "answers": [s["answer"] for s in problem["samples"]],
+             "truncated": [s["finish_reason"] == "length" for s in problem["samples"]],
+             "scores": {name: [sample[name] for sample in per_sample] for name in CONFIDENCES}}
+            for problem, per_sample in zip(problems, scores)]
+
+
+def summary(metrics: dict, n: int) -> dict:
+    """What the tables print: within-problem AUROC and, at N, the choosers against majority voting."""
+    by_n = metrics["by_n"]
+    methods, versus = by_n["methods"], by_n["versus_majority"]
+    return {"within_problem_auroc": metrics["auroc"][by_n["aggregation"]],
+            "at_n": n, **{name: methods[name][str(n)] for name in methods},
+            "versus_majority": {name: values[str(n)] for name, values in versus.items()}}
+
+
+def main(argv=None) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    args = parse_args(argv)
+    started = time.perf_counter()
+    policy = Path(args.policy) if args.policy else build_policy(PolicyRecipe())
+    problems = read_jsonl(args.samples)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
+    scores = confidences(model, tokenizer, problems)
+    data = groups(problems, scores)
+    n = min(len(g["correct"]) for g in data)
+    names = CONFIDENCES if args.split == "validation" else (args.confidence,)
+    judged = {name: within_problem_metrics(data, CONFIDENCES, correct_from="answer", aggregation=name)
+              for name in names}
+    entry = {"command": "python bench/confidence.py " + " ".join(sys.argv[1:] if argv is None else argv),
+             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "policy": str(policy),
+             "problems": len(data), "samples": sum(len(g["correct"]) for g in data),
+             "problems_with_both_outcomes": sum(0 < sum(g["correct"]) < len(g["correct"]) for g in data),
+             "note": "each solution's steps joined at the policy's delimiter and tokenized again (not the sampled "
+                     "ids); the answer's log-prob follows its opening \\boxed{",
+             "confidences": {name: summary(judged[name], n) for name in names}}
+    if args.split == "validation":
+        # the confidence with the best within-problem AUROC (each problem weighted equally), the first on a tie
+        entry["chosen"] = max(names, key=lambda name: (judged[name]["auroc"][name]["auroc"] or 0.0,
+                                                       -names.index(name)))
+    entry["seconds"] = round(time.perf_counter() - started, 1)
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    result[args.split] = entry
+    write_json_atomic(out, result)
+    print(json.dumps({name: {"auroc": s["within_problem_auroc"], WEIGHTED: s["versus_majority"]}
+                      for name, s in entry["confidences"].items()}, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
