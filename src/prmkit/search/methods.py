@@ -42,8 +42,8 @@ def sample_solutions(generator: Generator, scorer, problems: Sequence[str], n: i
     prompts = [generator.prompt(problem) for problem in problems]
     samples = generator.generate(prompts, n, stop=(), max_new_tokens=options.max_new_tokens,
                                  temperature=temperature, seed=seed)
-    solutions = [[from_text(s.text, options.delimiter, finish_reason=s.finish_reason, tokens=s.tokens)
-                  for s in row] for row in samples]
+    solutions = [[from_text(s.text, options.delimiter, finish_reason=s.finish_reason, tokens=s.tokens,
+                            logprob=s.logprob) for s in row] for row in samples]
     score_solutions(scorer, problems, solutions, options.aggregate)
     return solutions
 

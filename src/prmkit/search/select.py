@@ -32,6 +32,8 @@ class Solution:
     score: float | None = None  # the aggregate of step_scores; None when no step was scored
     finish_reason: str = "eos"  # of the generation that ended it: eos, length (or stop, for a cut step)
     tokens: int = 0  # tokens generated along this solution's own path
+    # The policy's log-prob of those tokens (Sample.logprob summed along the path); None when the backend gave none
+    logprob: float | None = None
 
     @property
     def truncated(self) -> bool:
@@ -49,11 +51,21 @@ class Solution:
     def row(self) -> dict:
         return {"solution": self.text.strip(), "steps": self.steps, "step_scores": self.step_scores,
                 "score": self.score, "truncated": self.truncated, "answer": self.answer,
-                "finish_reason": self.finish_reason, "tokens": self.tokens}
+                "finish_reason": self.finish_reason, "tokens": self.tokens, **self.confidence()}
+
+    def confidence(self) -> dict:
+        """The policy's own confidence, where known: `logprob` and `mean_logprob` (per generated token), what
+        `prmkit eval` compares the PRM's choice with."""
+        if self.logprob is None:
+            return {}
+        mean = self.logprob / self.tokens if self.tokens else None
+        return {"logprob": self.logprob, "mean_logprob": mean}
 
 
-def from_text(text: str, delimiter: str, *, finish_reason: str = "eos", tokens: int = 0) -> Solution:
-    return Solution(text=text, steps=split_steps(text, delimiter), finish_reason=finish_reason, tokens=tokens)
+def from_text(text: str, delimiter: str, *, finish_reason: str = "eos", tokens: int = 0,
+              logprob: float | None = None) -> Solution:
+    return Solution(text=text, steps=split_steps(text, delimiter), finish_reason=finish_reason, tokens=tokens,
+                    logprob=logprob)
 
 
 def commits_to_answer(step: str) -> bool:

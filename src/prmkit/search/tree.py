@@ -40,7 +40,7 @@ from prmkit.search.select import Solution, commits_to_answer, ranking
 @dataclass
 class Beam:
     problem: int  # index in the batch
-    solution: Solution = field(default_factory=lambda: Solution(text="", steps=[], finish_reason="stop"))
+    solution: Solution = field(default_factory=lambda: Solution(text="", steps=[], finish_reason="stop", logprob=0.0))
     ended: bool = False
 
 
@@ -69,7 +69,7 @@ def _extend(generator: Generator, scorer, problems: Sequence[str], parents: list
         old = parent.solution
         solution = Solution(text=old.text + sample.text + (sample.stop or ""), steps=old.steps + new_steps,
                             step_scores=list(old.step_scores), score=old.score, finish_reason=sample.finish_reason,
-                            tokens=old.tokens + sample.tokens)
+                            tokens=old.tokens + sample.tokens, logprob=_path_logprob(old.logprob, sample.logprob))
         ended = (final or sample.finish_reason != "stop" or not new_steps
                  or any(commits_to_answer(step) for step in new_steps))
         children.append((Beam(parent.problem, solution, ended), bool(new_steps)))
@@ -78,6 +78,12 @@ def _extend(generator: Generator, scorer, problems: Sequence[str], parents: list
     for beam, step_scores in zip(grown, scores):
         beam.solution.scored(step_scores, options.aggregate)
     return [beam for beam, _ in children]
+
+
+def _path_logprob(before: float | None, step: float | None) -> float | None:
+    """A path's log-prob: the sum of its steps' log-probs, each under the prompt and the prefix it continued;
+    unknown once one step's is."""
+    return None if before is None or step is None else before + step
 
 
 def kept_caches(scorer):
