@@ -125,7 +125,8 @@ def _all_steps_right(labels: list[float | None] | None) -> bool | None:
 def best_of_n_groups(split: Split) -> list[dict]:
     """Problems with at least two candidates whose correctness is known (`sample_correctness`), in file order.
     A sample without an answer (one cut off before it wrote one) votes for nothing, as in `prmkit search`; only a
-    split where no sample has an answer has no vote (`answers` None)."""
+    split where no sample has an answer has no vote (`answers` None). A group whose every sample carries the
+    policy's mean log-prob has it as `confidence`, the baseline chooser beside the PRM."""
     voted = any(chain.answer is not None for chain in split.chains)
     grouped: dict[str, list[tuple[Chain, bool]]] = {}
     for chain, correct in zip(split.chains, sample_correctness(split)[0]):
@@ -137,9 +138,12 @@ def best_of_n_groups(split: Split) -> list[dict]:
             chains = [chain for chain, _ in members]
             answers = [c.answer for c in chains]
             texts = [None if a is None else _answer_text(a) for a in answers] if voted else None
-            groups.append({"key": key, "correct": [correct for _, correct in members], "answers": texts,
-                           "truncated": [is_truncated(c.scores) for c in chains],
-                           "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}})
+            group = {"key": key, "correct": [correct for _, correct in members], "answers": texts,
+                     "truncated": [is_truncated(c.scores) for c in chains],
+                     "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}}
+            if all(c.mean_logprob is not None for c in chains):
+                group["confidence"] = [c.mean_logprob for c in chains]
+            groups.append(group)
     return groups
 
 
@@ -321,6 +325,13 @@ def within_problem_summary(name: str, within: dict) -> dict[str, str]:
     lines = {f"{name}: within-problem AUROC ({how})":
              f"{format_value(auroc['auroc'])} per problem, {format_value(auroc['auroc_pooled'])} pooled "
              f"({auroc['problems']} problems with both outcomes, {auroc['one_sided']} one-sided)"}
+    confidence = within.get("confidence_auroc")
+    if confidence is not None:
+        lines[f"{name}: within-problem AUROC (policy confidence)"] = (
+            f"{format_value(confidence['auroc'])} per problem, {format_value(confidence['auroc_pooled'])} pooled "
+            f"({confidence['problems']} problems with both outcomes, {confidence['one_sided']} one-sided)")
+    elif within.get("confidence_note"):
+        lines[f"{name}: policy confidence"] = f"none: {within['confidence_note']}"
     for method, cells in result["methods"].items():
         cell = cells[n]
         lines[f"{name}: {method} at N={n}"] = f"{cell['accuracy']:.3f} [{cell['low']:.2f}, {cell['high']:.2f}]"

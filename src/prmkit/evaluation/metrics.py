@@ -159,7 +159,9 @@ def weighted_vote_accuracy(scores: Sequence[float | None], answers: Sequence[str
 
 def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> dict:
     """Best-of-N accuracy over problems. Each group: `correct` (list of bool), `scores` ({aggregation: list of
-    chain scores}), optional `answers`. Majority vote is reported only when every group has answers."""
+    chain scores}), optional `answers` and `confidence` (the policy's mean log-prob per token of each candidate).
+    Majority vote is reported only when every group has answers, the policy's confidence only when every group
+    has it."""
     if not groups:
         return {"n_problems": 0}
     result: dict = {
@@ -176,6 +178,9 @@ def best_of_n_metrics(groups: Sequence[dict], aggregations: Sequence[str]) -> di
     result["prm"] = {how: float(np.mean([choice_accuracy(g["scores"][how], g["correct"], g.get("truncated"))
                                          for g in groups]))
                      for how in aggregations}
+    if all(g.get("confidence") is not None for g in groups):
+        result["policy_confidence"] = float(np.mean([choice_accuracy(g["confidence"], g["correct"])
+                                                     for g in groups]))
     return result
 
 

@@ -1,10 +1,11 @@
 """Data files as `prmkit eval` splits: each row becomes a chain (prompt, steps, and whatever it carries: step
-labels, first error, correctness, answer, PRMBench class). Raw benchmark layouts (ProcessBench's problem/steps/
-label, PRMBench's modified_process) are converted on the fly, and the rows the conversion skips are counted.
-Labels are read with one scheme per run (`split_label_scheme`)."""
+labels, first error, correctness, answer, PRMBench class, the policy's mean log-prob per token). Raw benchmark
+layouts (ProcessBench's problem/steps/label, PRMBench's modified_process) are converted on the fly, and the rows
+the conversion skips are counted. Labels are read with one scheme per run (`split_label_scheme`)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ class Chain:
     group: str = ""  # chains of one problem (best-of-N)
     title: str = ""
     prmbench_class: str | None = None  # PRMBench's error class (`classification`), e.g. "circular"
+    mean_logprob: float | None = None  # the policy's mean log-prob per generated token (`prmkit search` writes it)
     scores: list[float | None] = field(default_factory=list)
 
 
@@ -66,7 +68,8 @@ def load_split(path: str | Path, scorer: PRMScorer, *, limit: int | None = None,
         correct = row.get("correct", row.get("final_answer_correct"))
         chains.append(Chain(parsed.prompt, parsed.steps[0], labels, first_error,
                             None if correct is None else bool(correct), row.get("answer"), group=parsed.prompt,
-                            title=str(row.get("id", f"row {number}")), prmbench_class=_prmbench_class(row, where)))
+                            title=str(row.get("id", f"row {number}")), prmbench_class=_prmbench_class(row, where),
+                            mean_logprob=_mean_logprob(row.get("mean_logprob"), f"{where}, field 'mean_logprob'")))
     counts = None if conversion is None else {
         key: value for key, value in conversion.to_dict().items()
         if key in ("source_format", "rows_read", "rows_converted", "rows_skipped", "skipped")}
@@ -148,14 +151,28 @@ def _prmbench_class(row: dict, where: str) -> str | None:
     return value
 
 
+def _mean_logprob(value, where: str) -> float | None:
+    """A sample's mean log-prob per token: a number that is not NaN (a log-prob is at most 0), or null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value > 0:
+        raise PRMError(f"{where}: expected the policy's mean log-prob per token, a number <= 0 (or null when "
+                       f"unknown), got {value!r:.60}; write it as `prmkit search` does (logprob / tokens)")
+    return float(value)
+
+
 def _candidate_chains(row: dict, parsed, where: str, number: int) -> list[Chain]:
     n = len(parsed.steps)
     correct = row.get("correct")
     answers = row.get("answers", row.get("answer"))
-    for key, value in (("correct", correct), ("answers", answers)):
+    confidence = row.get("mean_logprob")
+    for key, value in (("correct", correct), ("answers", answers), ("mean_logprob", confidence)):
         if value is not None and (not isinstance(value, list) or len(value) != n):
             raise PRMError(f"{where}, field '{key}': expected a list with one entry per candidate ({n}), "
                            f"got {value!r:.60}")
     return [Chain(parsed.prompt, steps, correct=None if correct is None else bool(correct[i]),
                   answer=None if answers is None else answers[i], group=f"row {number}",
-                  title=f"row {number} candidate {i}") for i, steps in enumerate(parsed.steps)]
+                  title=f"row {number} candidate {i}",
+                  mean_logprob=None if confidence is None else _mean_logprob(
+                      confidence[i], f"{where}, field 'mean_logprob[{i}]'"))
+            for i, steps in enumerate(parsed.steps)]

@@ -1,6 +1,7 @@
 """`prmkit eval`'s results as rich tables: step metrics, ProcessBench and best-of-N, one row (or column) per split,
 one PRMBench table per split that has PRMBench rows, the within-problem AUROC per split, and per split with
-repeated prompts the choosers at each N with their intervals."""
+repeated prompts the choosers at each N with their intervals; the policy's confidence is a chooser beside the PRM
+where the rows carry it."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def render_tables(result: EvalResult) -> list[Table]:
         bon.add_row("majority vote", *(format_value(r["majority_vote"]) for r in bon_rows.values()))
         for how in AGGREGATIONS:
             bon.add_row(f"PRM {how}", *(format_value(r["prm"][how]) for r in bon_rows.values()))
+        if any("policy_confidence" in r for r in bon_rows.values()):
+            bon.add_row("policy confidence", *(format_value(r.get("policy_confidence")) for r in bon_rows.values()))
         bon.add_row("oracle (any correct)", *(format_value(r["oracle"]) for r in bon_rows.values()))
         bon.add_row("steps unscored", *(unscored(splits[name]) for name in bon_rows), style="italic")
         tables.append(bon)
@@ -78,15 +81,24 @@ def within_auroc_table(within: dict[str, dict]) -> Table:
     table = Table(title="within-problem AUROC: a right sample scored above a wrong one of the same problem "
                   "(mean over problems; pooled over pairs in brackets)", title_justify="left")
     aggregations = list(next(iter(within.values()))["auroc"])
-    for title in ("split", "problems", "both outcomes", "pairs", "one-sided", *aggregations):
+    confident = any("confidence_auroc" in w for w in within.values())
+    for title in ("split", "problems", "both outcomes", "pairs", "one-sided", *aggregations,
+                  *(["policy confidence"] if confident else [])):
         table.add_column(title, justify="left" if title == "split" else "right")
     for name, w in within.items():
         counts = w["auroc"][w["by_n"]["aggregation"]]
+        confidence = [auroc_cell(w["confidence_auroc"]) if "confidence_auroc" in w else "-"] if confident else []
         table.add_row(name, str(w["problems"]), str(counts["problems"]), str(counts["pairs"]),
-                      str(counts["one_sided"]),
-                      *(f"{format_value(w['auroc'][how]['auroc'])} ({format_value(w['auroc'][how]['auroc_pooled'])})"
-                        for how in aggregations))
+                      str(counts["one_sided"]), *(auroc_cell(w["auroc"][how]) for how in aggregations), *confidence)
+    if confident:
+        table.caption = ("policy confidence: the policy's mean log-prob per token as the score, on the pairs of the "
+                         "by-N chain score; a PRM that does not beat it adds nothing the policy did not know")
+        table.caption_justify = "left"
     return table
+
+
+def auroc_cell(auroc: dict) -> str:
+    return f"{format_value(auroc['auroc'])} ({format_value(auroc['auroc_pooled'])})"
 
 
 def by_n_table(split: str, within: dict) -> Table:
@@ -106,14 +118,17 @@ def by_n_table(split: str, within: dict) -> Table:
     for name in order:
         table.add_row(name, *(interval(methods[name][str(n)]["accuracy"], methods[name][str(n)])
                               for n in result["n"]), end_section=name == ORACLE)
-    for name, cells in result["versus_majority"].items():
+    for name, cells in {**result["versus_majority"], **result.get("versus_confidence", {})}.items():
         table.add_row(name, *(interval(cells[str(n)]["difference"], cells[str(n)], signed=True)
                               for n in result["n"]), style="italic")
     auroc = within["auroc"][how]
+    confidence = within.get("confidence_auroc")
+    policy = (f"; policy confidence (mean log-prob per token): {format_value(confidence['auroc'])} per problem, "
+              f"{format_value(confidence['auroc_pooled'])} pooled" if confidence else "")
     caption = (f"within-problem AUROC ({how}): {format_value(auroc['auroc'])} per problem, "
                f"{format_value(auroc['auroc_pooled'])} pooled; {auroc['problems']} problems with both outcomes, "
-               f"{auroc['pairs']} pairs, {auroc['one_sided']} one-sided. Brackets: 95% bootstrap over problems "
-               f"({result['bootstrap']['iterations']} resamples); differences paired by problem. "
+               f"{auroc['pairs']} pairs, {auroc['one_sided']} one-sided{policy}. Brackets: 95% bootstrap over "
+               f"problems ({result['bootstrap']['iterations']} resamples); differences paired by problem. "
                f"Correctness: {within['correct_from']}")
     table.caption = caption + (f". {result['note']}" if result.get("note") else "")
     table.caption_justify = "left"
