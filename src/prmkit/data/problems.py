@@ -6,7 +6,8 @@ solution ending "#### N", read as N). Every bad row of a file is reported in one
 
 The output is JSON lines appended a batch at a time, each batch flushed and synced to disk, so a killed run loses
 at most the batch it was working on. On the next start a last line cut off by the kill (no newline) is truncated
-away; what the lines already there must match is the command's own business.
+away, and `ResumableRows` checks each line already there: written by this command, with this run's settings, for
+the problem now at its row. What counts as "this run's settings" and "the same problem" is each command's own rule.
 
 Problems go in fixed batches counted from the start of the file (`batches`), and every generate call of a batch
 takes a seed derived from the run's seed and the batch's place (`derive_seed`). A batch that a kill left half
@@ -21,7 +22,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from prmkit.answers import gold_answer
 from prmkit.data.rows import RowReader
@@ -171,3 +172,84 @@ class AppendedJsonl:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
                 handle.flush()
             os.fsync(handle.fileno())
+
+
+class ResumableRows(AppendedJsonl):
+    """An output a command continues: every line already there is checked against this run before any is kept, and
+    `done` maps each line's `key` to the line (or to None without `keeps_lines`), kept up to date by `append`.
+
+    A line is refused, with the file, its line number, what is wrong and the fix (another output path, or
+    --overwrite), when it is not a JSON object with `needs`, when `drawn_by` it differs from `identity`, or when
+    `other_row` says it holds something else than the input row of its number. A subclass sets the class attributes
+    and the hooks; the checks and their wording are shared so the three commands refuse a stale file alike.
+    """
+
+    tool = ""  # the command that writes the file, e.g. "prmkit search"
+    holds = ""  # what the file holds, for a path that is not .jsonl: "one row per problem"
+    made = "made"  # how a line came about, in "was ... with other settings": "sampled", "searched"
+    needs: tuple[str, ...] = ("row",)  # keys every line has; `row` is the input row it answers
+    source = "the input"  # what the command reads rows from, as its help names it
+    show_values = True  # name the differing settings with both values; off where values are too long to show
+    keeps_lines = True  # keep each line in `done`; off where only which lines exist is needed (the lines are big)
+
+    def __init__(self, path: str | Path, identity: dict, rows: Iterable, *, overwrite: bool = False):
+        """`rows`: the input rows of this run (anything with a `.row` number); `identity`: this run's settings."""
+        super().__init__(path, holds=self.holds, overwrite=overwrite)
+        self.identity = identity
+        self.done: dict[Hashable, dict | None] = {}
+        self.fix = f"give another output path, or pass --overwrite to start {self.path} afresh"
+        by_row = {item.row: item for item in rows}
+        for number, line in self.lines():
+            record = self._parse(number, line)
+            theirs = self.drawn_by(record)
+            if theirs != self.identity:
+                raise PRMError(f"{self.path}: line {number} was {self.made} with other settings "
+                               f"({self._differences(theirs)}); run with the same settings to continue it, "
+                               f"or {self.fix}")
+            other = self.other_row(record, by_row.get(record["row"]))
+            if other is not None:
+                raise PRMError(f"{self.path}: line {number} holds {other} than row {record['row']} of {self.source}; "
+                               f"continue it with {self.source} it was made from, or {self.fix}")
+            self.done[self.key(record)] = record if self.keeps_lines else None
+
+    def _parse(self, number: int, line: bytes) -> dict:
+        """The line as a record of this command, or the error saying it is not one."""
+        try:
+            record = json.loads(line)
+        except ValueError:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
+            why = "not JSON"
+        else:
+            fields = " and ".join(", ".join(self.needs).rsplit(", ", 1))
+            why = f"not an object with {fields}"
+            if (isinstance(record, dict) and all(key in record for key in self.needs)
+                    and isinstance(record["row"], int) and isinstance(self.drawn_by(record), dict)):
+                return record
+        raise PRMError(f"{self.path}: line {number} is not a record written by {self.tool} ({why}); {self.fix}")
+
+    def _differences(self, theirs: dict) -> str:
+        # A setting on one side only differs too (a line written by a version with a setting this run lacks).
+        keys = [key for key in sorted(set(theirs) | set(self.identity))
+                if key not in theirs or key not in self.identity or theirs[key] != self.identity[key]]
+        if not self.show_values:
+            return f"{', '.join(keys)} differ"
+        there = {key: repr(value) for key, value in theirs.items()}
+        now = {key: repr(value) for key, value in self.identity.items()}
+        return ", ".join(f"{key}: {there.get(key, 'not set')} there, {now.get(key, 'not set')} now" for key in keys)
+
+    def drawn_by(self, record: dict) -> dict | None:
+        """The settings the line was made with, compared whole with `identity`; None when the line has none."""
+        raise NotImplementedError
+
+    def other_row(self, record: dict, item) -> str | None:
+        """What the line holds instead of input row `item` ("another problem"; `item` is None when the input has no
+        row of the line's number), or None when it is that row's line."""
+        raise NotImplementedError
+
+    def key(self, record: dict) -> Hashable:
+        """What `done` holds the line under: its row, where a row has one line."""
+        return record["row"]
+
+    def append(self, rows: list[dict]) -> None:
+        super().append(rows)
+        for row in rows:
+            self.done[self.key(row)] = row if self.keeps_lines else None

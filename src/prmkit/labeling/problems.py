@@ -18,11 +18,10 @@ same records) and only its missing records are written.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from prmkit.data.problems import AppendedJsonl, problem_gold, problem_text, read_problem_rows, short
+from prmkit.data.problems import ResumableRows, problem_gold, problem_text, read_problem_rows, short
 from prmkit.data.records import split_steps
 from prmkit.errors import PRMError
 from prmkit.labeling.options import LabelOptions
@@ -78,39 +77,28 @@ def _steps(value: dict, delimiter: str) -> tuple[str, ...]:
 VOLATILE = ("rollouts", "tokens", "finish_reasons", "solution_tokens", "solution_finish_reason")
 
 
-class Output(AppendedJsonl):
-    """The output: (row, solution_index) of every record already written, and appending a batch of new ones."""
+class Output(ResumableRows):
+    """The output: (row, solution_index) of every record already written, and appending a batch of new ones. A
+    record's settings are its `label` provenance, compared on this run's identity keys."""
 
-    def __init__(self, path: str | Path, identity: dict, problems: list[Problem], *, overwrite: bool = False):
-        super().__init__(path, holds="one record per solution", overwrite=overwrite)
-        self.identity = identity
-        self.done: set[tuple[int, int]] = set()
-        by_row = {p.row: p for p in problems}
-        fix = f"pass --overwrite to start {self.path} afresh, or give another output path"
-        for number, line in self.lines():
-            try:
-                record = json.loads(line)
-                provenance = record["label"]
-                key = (record["row"], record["solution_index"])
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-                raise PRMError(f"{self.path}: line {number} is not a record written by prmkit label; {fix}") from None
-            mine = {name: provenance.get(name) for name in self.identity}
-            if mine != self.identity:
-                changed = ", ".join(f"{name}: {mine.get(name)!r} there, {self.identity[name]!r} now"
-                                    for name in self.identity if mine.get(name) != self.identity[name])
-                raise PRMError(f"{self.path}: line {number} was labelled with other settings ({changed}); run with "
-                               f"the same settings to continue it, or {fix}")
-            problem = by_row.get(key[0])
-            if problem is None or problem.text != record.get("prompt"):
-                raise PRMError(f"{self.path}: line {number} holds another problem than row {key[0]} of the input; "
-                               f"continue it with the input it was made from, or {fix}")
-            self.done.add(key)
+    tool = "prmkit label"
+    holds = "one record per solution"
+    made = "labelled"
+    needs = ("row", "solution_index", "label")
+    keeps_lines = False  # records carry rollouts; which ones exist is all a resumed run needs
+
+    def drawn_by(self, record: dict) -> dict | None:
+        provenance = record["label"]
+        return {name: provenance.get(name) for name in self.identity} if isinstance(provenance, dict) else None
+
+    def other_row(self, record: dict, problem: Problem | None) -> str | None:
+        # unlike search, a record past the input's rows is refused: `last_batch` places every record in a batch
+        return "another problem" if problem is None or problem.text != record.get("prompt") else None
+
+    def key(self, record: dict) -> tuple[int, int]:
+        return record["row"], record["solution_index"]
 
     def last_batch(self, problems: list[Problem], per_batch: int) -> int:
         """The batch of the last record written (-1 when none): batches before it are complete."""
         index = {p.row: p.index for p in problems}
         return max((index[row] // per_batch for row, _ in self.done), default=-1)
-
-    def append(self, records: list[dict]) -> None:
-        super().append(records)
-        self.done.update((r["row"], r["solution_index"]) for r in records)

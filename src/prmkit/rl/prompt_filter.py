@@ -24,7 +24,6 @@ again. The kept rows (the input rows as they were, in input order) go to KEPT, r
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from prmkit.answers import AnswerChecker, canonical_answer, sample_answer
-from prmkit.data.problems import (AppendedJsonl, batch_option_problems, batches, derive_seed, problem_gold,
+from prmkit.data.problems import (ResumableRows, batch_option_problems, batches, derive_seed, problem_gold,
                                   problem_text, read_problem_rows)
 from prmkit.display import progress_bar
 from prmkit.errors import PRMError
@@ -178,39 +177,23 @@ def read_prompts(path: str | Path, options: FilterOptions) -> list[Prompt]:
                              expected="one prompt per row with its gold answer")
 
 
-class Output(AppendedJsonl):
-    """OUTPUT: the lines already there (by row number), checked against this run, and appending new ones."""
+class Output(ResumableRows):
+    """OUTPUT: the lines already there (by row number), checked against this run, and appending new ones. A line's
+    `settings` must equal this run's whole, and its prompt and gold answer those of its input row: a pass rate
+    measured against another gold answer is another measurement."""
 
-    def __init__(self, path: str | Path, settings: dict, prompts: list[Prompt], *, overwrite: bool = False):
-        super().__init__(path, holds="one line per prompt", overwrite=overwrite)
-        self.done: dict[int, dict] = {}
-        by_row = {p.row: p for p in prompts}
-        fix = f"give another output path, or pass --overwrite to start {self.path} afresh"
-        for number, line in self.lines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise PRMError(f"{self.path}: line {number} is not JSON; it was not written by prmkit rl-filter: "
-                               f"{fix}") from None
-            theirs = record.get("settings") if isinstance(record, dict) else None
-            if not isinstance(theirs, dict) or "row" not in record:
-                raise PRMError(f"{self.path}: line {number} has no row and settings; it was not written by prmkit "
-                               f"rl-filter: {fix}")
-            if theirs != settings:
-                changed = ", ".join(f"{key}: {theirs.get(key)!r} there, {settings.get(key)!r} now"
-                                    for key in sorted(set(theirs) | set(settings))
-                                    if theirs.get(key) != settings.get(key))
-                raise PRMError(f"{self.path}: line {number} was sampled with other settings ({changed}); run with "
-                               f"the same settings to continue it, or {fix}")
-            prompt = by_row.get(record["row"])
-            if prompt is not None and (prompt.text, prompt.gold) != (record.get("prompt"), record.get("gold_answer")):
-                raise PRMError(f"{self.path}: line {number} holds another prompt or gold answer than row {prompt.row} "
-                               f"of the input; continue it with the input it was made from, or {fix}")
-            self.done[record["row"]] = record
+    tool = "prmkit rl-filter"
+    holds = "one line per prompt"
+    made = "sampled"
+    needs = ("row", "settings")
 
-    def append(self, records: list[dict]) -> None:
-        super().append(records)
-        self.done.update((r["row"], r) for r in records)
+    def drawn_by(self, record: dict) -> dict | None:
+        settings = record["settings"]
+        return settings if isinstance(settings, dict) else None
+
+    def other_row(self, record: dict, prompt: Prompt | None) -> str | None:
+        same = prompt is None or (prompt.text, prompt.gold) == (record.get("prompt"), record.get("gold_answer"))
+        return None if same else "another prompt or gold answer"
 
 
 def kept_path_for(output: str | Path) -> Path:

@@ -9,12 +9,10 @@ only the problems without a row are searched.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from prmkit.data.problems import AppendedJsonl, problem_gold, problem_text, read_problem_rows
-from prmkit.errors import PRMError
+from prmkit.data.problems import ResumableRows, problem_gold, problem_text, read_problem_rows
 from prmkit.search.options import SearchOptions
 
 
@@ -37,33 +35,20 @@ def read_problems(path: str | Path, options: SearchOptions) -> list[Problem]:
     return read_problem_rows(path, parse, limit=options.limit, purpose="searched", expected="one problem per row")
 
 
-class Output(AppendedJsonl):
-    """The output JSONL: rows already written (by row number), and appending a batch of new ones."""
+class Output(ResumableRows):
+    """The output JSONL: rows already written (by row number), and appending a batch of new ones. A row carries the
+    identity keys (method, options, policy, PRM) at its top level; the options are too long to show in an error, so
+    only the names of those that differ are."""
 
-    def __init__(self, path: str | Path, identity: dict, problems: list[Problem], *, overwrite: bool = False):
-        super().__init__(path, holds="one row per problem", overwrite=overwrite)
-        self.identity = identity
-        self.done: dict[int, dict] = {}
-        by_row = {p.row: p for p in problems}
-        fix = f"give another output path, or pass --overwrite to start {self.path} afresh"
-        for number, line in self.lines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise PRMError(f"{self.path}: line {number} is not JSON; it was not written by prmkit search: "
-                               f"{fix}") from None
-            mine = {key: row.get(key) for key in self.identity}
-            if mine != self.identity:
-                changed = sorted(k for k in self.identity if mine.get(k) != self.identity[k])
-                raise PRMError(f"{self.path}: line {number} comes from a search with other settings "
-                               f"({', '.join(changed)} differ); run with the same settings to continue it, or {fix}")
-            problem = by_row.get(row.get("row"))
-            if problem is not None and problem.text != row.get("prompt"):
-                raise PRMError(f"{self.path}: line {number} holds another problem than row {problem.row} of the "
-                               f"data; {fix}")
-            self.done[row["row"]] = row
+    tool = "prmkit search"
+    holds = "one row per problem"
+    made = "searched"
+    source = "the data"
+    show_values = False
 
-    def append(self, rows: list[dict]) -> None:
-        super().append(rows)
-        for row in rows:
-            self.done[row["row"]] = row
+    def drawn_by(self, record: dict) -> dict:
+        return {key: record.get(key) for key in self.identity}
+
+    def other_row(self, record: dict, problem: Problem | None) -> str | None:
+        # a row past this run's problems (a smaller --limit) is kept: it holds no problem this run searches
+        return "another problem" if problem is not None and problem.text != record.get("prompt") else None
