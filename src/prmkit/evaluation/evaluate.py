@@ -6,8 +6,9 @@ What each row contributes:
   labels                       step metrics (AUROC, accuracy/precision/recall/F1 at the threshold, MSE, ECE);
   first_error (or labels)      ProcessBench: predicted first error = first step scoring below the threshold;
   correct/final_answer_correct best-of-N, for rows that share a prompt (or a candidates row with a `correct`
-                               list); majority vote where every candidate has an `answer`; in a file without
-                               them, a sample is right when every labelled step is; and for the same groups the
+                               list, or a `prmkit search` row, whose samples carry their own: see
+                               evaluation.splits); majority vote where every candidate has an `answer`; in a file
+                               without them, a sample is right when every labelled step is; and for the same groups the
                                within-problem metrics (`within_problem`: AUROC, and the choosers at each N with
                                bootstrap and paired intervals);
   prmbench_class (and labels)  PRMBench: PRMScore overall, per error class and per dimension.

@@ -1,5 +1,7 @@
 """What a user hands the scorer, turned into (prompt, steps): raw completions cut into steps, chat messages read
-as text, and the row layouts of `prmkit score`, `prmkit eval` and the server. Nothing here needs a loaded model."""
+as text, and the row layouts of `prmkit score`, `prmkit eval` and the server (a best-of-N row's candidates as
+strings, step lists, or `prmkit search`'s solution dicts with their own `steps`). Nothing here needs a loaded
+model."""
 
 from __future__ import annotations
 
@@ -87,36 +89,71 @@ class ParsedRow:
 
 def parse_row(row, where: str, separator: Separator) -> ParsedRow:
     """The chains of one input row (string completions cut at `separator`, a string or a compiled regex); `where`
-    ("file: row N") starts every error message."""
-    if not isinstance(row, dict):
-        raise PRMError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    if "prompt" not in row:
-        raise PRMError(f"{where}: no 'prompt' (keys here: {sorted(row)}); each row needs the problem as 'prompt'")
-    try:
-        prompt = prompt_text(row["prompt"])
-    except PRMError as err:
-        raise PRMError(f"{where}, field 'prompt': {err}") from None
+    ("file: row N") starts every error message. A `candidates` row is read by `candidate_steps`."""
+    prompt = row_prompt(row, where)
     if "candidates" in row:
-        candidates = row["candidates"]
-        if not isinstance(candidates, list) or not candidates:
-            raise PRMError(f"{where}, field 'candidates': expected a non-empty list of strings or step lists, "
-                           f"got {_describe(candidates)}")
-        steps = []
-        for i, candidate in enumerate(candidates):
-            if isinstance(candidate, str):
-                steps.append(split_steps(candidate, separator))
-            elif isinstance(candidate, list) and all(isinstance(s, str) for s in candidate):
-                steps.append(candidate)
-            else:
-                raise PRMError(f"{where}, field 'candidates[{i}]': expected a string or a list of step strings, "
-                               f"got {_describe(candidate)}")
-        return ParsedRow("candidates", prompt, steps, any(isinstance(c, str) for c in candidates))
+        steps, from_text = candidate_steps(row["candidates"], where, separator)
+        return ParsedRow("candidates", prompt, steps, from_text)
     if isinstance(row.get("completions"), list) and all(isinstance(s, str) for s in row["completions"]):
         return ParsedRow("record", prompt, [row["completions"]], False)
     if isinstance(row.get("completion"), str):
         return ParsedRow("record", prompt, [split_steps(row["completion"], separator)], True)
     raise PRMError(f"{where}: no chain to score; give 'completions' (a list of steps), 'completion' (one string) "
                    "or 'candidates' (a list for best-of-N)")
+
+
+def row_prompt(row, where: str) -> str:
+    """The problem text of an input row's `prompt` (a string or chat messages)."""
+    if not isinstance(row, dict):
+        raise PRMError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "prompt" not in row:
+        raise PRMError(f"{where}: no 'prompt' (keys here: {sorted(row)}); each row needs the problem as 'prompt'")
+    try:
+        return prompt_text(row["prompt"])
+    except PRMError as err:
+        raise PRMError(f"{where}, field 'prompt': {err}") from None
+
+
+def candidate_steps(candidates, where: str, separator: Separator,
+                    field: str = "candidates") -> tuple[list[list[str]], bool]:
+    """The step lists of a best-of-N row's candidates, and whether they were cut from strings. The candidates are
+    all of one style: strings (cut at `separator`) or step lists, or all dicts with their own `steps` (a list of
+    step strings), as `prmkit search` writes its solutions; only `steps` is read from a dict here (what else it
+    carries, e.g. `correct`, is the reader's: prmkit.evaluation.splits). A row mixing the styles, or a dict
+    without `steps`, is an error naming the field and the fix."""
+    if not isinstance(candidates, list) or not candidates:
+        raise PRMError(f"{where}, field '{field}': expected a non-empty list of strings, step lists or "
+                       f"{{'steps': [...]}} solutions, got {_describe(candidates)}")
+    dicts = [isinstance(c, dict) for c in candidates]
+    if any(dicts) and not all(dicts):
+        i = dicts.index(not dicts[0])
+        raise PRMError(f"{where}, field '{field}[{i}]': {field}[0] is a {_style(candidates[0])} and {field}[{i}] a "
+                       f"{_style(candidates[i])}; write every candidate of a row in one style: all solutions "
+                       "with their own 'steps' (as prmkit search writes them), or all strings / step lists")
+    steps = []
+    for i, candidate in enumerate(candidates):
+        if isinstance(candidate, dict):
+            chain = candidate.get("steps")
+            if not isinstance(chain, list) or not all(isinstance(s, str) for s in chain):
+                found = (f"no 'steps' (keys here: {sorted(candidate)[:12]})" if "steps" not in candidate
+                         else f"'steps' is {_describe(chain)}")
+                raise PRMError(f"{where}, field '{field}[{i}].steps': a candidate written as a dict needs its steps "
+                               f"as 'steps', a list of step strings, as prmkit search writes them; {found}")
+            steps.append(list(chain))
+        elif isinstance(candidate, str):
+            steps.append(split_steps(candidate, separator))
+        elif isinstance(candidate, list) and all(isinstance(s, str) for s in candidate):
+            steps.append(candidate)
+        else:
+            raise PRMError(f"{where}, field '{field}[{i}]': expected a string, a list of step strings or a dict "
+                           f"with 'steps', got {_describe(candidate)}")
+    return steps, any(isinstance(c, str) for c in candidates)
+
+
+def _style(candidate) -> str:
+    if isinstance(candidate, dict):
+        return "dict (a solution with its own fields)"
+    return "string or step list" if isinstance(candidate, (str, list)) else _describe(candidate)
 
 
 def _describe(value) -> str:

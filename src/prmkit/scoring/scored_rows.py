@@ -5,7 +5,9 @@ Two row layouts (prmkit.scoring.inputs.parse_row reads them):
   a record     {"prompt", "completions": [step, ...], ...}, or "completion": one raw string cut at the run's
                separator; scored as `step_scores`, `score` (the aggregate) and `truncated` (max_length cut steps:
                their scores are null), plus `steps` when they were cut from a string;
-  candidates   {"prompt", "candidates": [str | [step, ...], ...], ...} for best-of-N; scored as `step_scores`
+  candidates   {"prompt", "candidates": [str | [step, ...], ...], ...} for best-of-N (in a file, also
+               `prmkit search`'s solution dicts, each scored by its own `steps`; a search row's top-level
+               `step_scores` and `truncated`, the chosen solution's, give way to these); scored as `step_scores`
                (one list per candidate), `scores` (aggregates), `truncated` (one flag per candidate) and `best` (the
                winner's index, by `rank_candidates`: a cut candidate never wins over one the PRM read whole; null
                when no candidate has a score), plus `candidate_steps` when they were cut from strings.
