@@ -2,7 +2,8 @@
 small-number synthetic problems samples solutions; `prmkit label` labels them (mc and omega); `prmkit train` trains
 a PRM on each label source (mc, omega, the exact labels, and the generator's injected-error chains); `prmkit search
 --budgets` searches held-out problems guided by the mc PRM; `prmkit eval` compares the four PRMs on the policy's
-held-out steps; the exact-label PRM re-chooses among the same samples. Prints the final tables and writes
+held-out steps; the exact-label PRM re-chooses among the same samples, and so does the policy's own confidence (its
+mean log-prob per token, where the search wrote it: the baseline a PRM must beat). Prints the final tables and writes
 bench/results/loop.json.
 
     python bench/loop.py                    # the cached policy (built first if missing: bench/lifecycle/policy.py)
@@ -274,21 +275,36 @@ class Loop:
         return {}
 
     def report(self) -> dict:
+        """Accuracy by N of every chooser among the mc search's samples, each chooser minus majority voting (paired
+        by problem). Where the samples carry the policy's mean log-prob, best-of-n and weighted best-of-n by it
+        ('policy confidence', `analysis.confidence_rows`) are choosers too, the baseline a PRM must beat, and
+        `versus_confidence` holds each PRM chooser minus the same chooser by confidence; without it (a search
+        before prmkit wrote mean_logprob) the report is what it was."""
         rows = {"mc": read_jsonl(self.work / "search.jsonl"), "exact": read_jsonl(self.work / "search-exact-prm.jsonl")}
         budgets = [int(n) for n in self.args.budgets.split(",")]
+        choosers = {f"{prm} PRM": prm_rows for prm, prm_rows in rows.items()}
+        confident = analysis.confidence_rows(rows["mc"], max(budgets))
+        if confident is not None:
+            choosers["policy confidence"] = confident
         table = {"greedy": {"1": analysis.bootstrap_accuracy(analysis.outcomes(rows["mc"], "greedy", 1))},
                  "majority": {}, "pass@N": {}}
-        comparisons = {}
+        comparisons, versus_confidence = {}, {}
         for n in budgets:
             majority = analysis.outcomes(rows["mc"], "majority", n)
             table["majority"][str(n)] = analysis.bootstrap_accuracy(majority)
             table["pass@N"][str(n)] = {"accuracy": sum(any(s["correct"] for s in r["samples"][:n])
                                                        for r in rows["mc"]) / len(rows["mc"])}
-            for prm, prm_rows in rows.items():
+            picks = {}
+            for chooser, chooser_rows in choosers.items():
                 for method in ("best-of-n", "weighted-best-of-n"):
-                    picked = analysis.outcomes(prm_rows, method, n)
-                    table.setdefault(f"{method} ({prm} PRM)", {})[str(n)] = analysis.bootstrap_accuracy(picked)
-                    comparisons[f"{method} ({prm} PRM) - majority @ {n}"] = analysis.paired_bootstrap(picked, majority)
+                    picked = picks[method, chooser] = analysis.outcomes(chooser_rows, method, n)
+                    table.setdefault(f"{method} ({chooser})", {})[str(n)] = analysis.bootstrap_accuracy(picked)
+                    comparisons[f"{method} ({chooser}) - majority @ {n}"] = analysis.paired_bootstrap(picked, majority)
+            if confident is not None:
+                for prm in rows:
+                    for method in ("best-of-n", "weighted-best-of-n"):
+                        versus_confidence[f"{method} ({prm} PRM) - {method} (policy confidence) @ {n}"] = \
+                            analysis.paired_bootstrap(picks[method, f"{prm} PRM"], picks[method, "policy confidence"])
         tree = read_jsonl(self.work / "search-tree.jsonl")
         for method in ("beam", "dvts"):
             for n in self.args.tree_budgets.split(","):
@@ -296,7 +312,9 @@ class Loop:
                     analysis.outcomes(tree, method, int(n)))
         tokens = {n: sum(sum(s["tokens"] for s in r["samples"][:n]) for r in rows["mc"]) / len(rows["mc"])
                   for n in budgets}
-        return {"table": table, "comparisons": comparisons, "sample_tokens_per_problem": tokens}
+        confidence = {"versus_confidence": versus_confidence,
+                      "confidence_score": analysis.CONFIDENCE_SCORE} if confident is not None else {}
+        return {"table": table, "comparisons": comparisons, "sample_tokens_per_problem": tokens, **confidence}
 
     def run(self) -> dict:
         try:

@@ -5,7 +5,12 @@ one PRM per recipe (label source x backbone x depth) on those labels, samples N 
 problem once, and scores them with every PRM. Per recipe it reports what search needs from a PRM: the step AUROC
 against the exact labels, the chain AUROC (the aggregate against the sample's final correctness, over the whole
 validation set), the within-problem AUROC (right against wrong samples of one problem: what best-of-N needs), and
-best-of-N and weighted best-of-N accuracy against majority voting at N, per aggregation.
+best-of-N and weighted best-of-N accuracy against majority voting at N, per aggregation. Two baselines a PRM must
+beat sit on the same table: an outcome-only model (the exact-label recipe trained with its label on the last step
+only, `data.train_on_last_step_only`, as TRL's option did: Lightman et al.'s ORM, here with the last step's exact
+label, which is 1 when every step is right and a stated answer is the gold one), and, where the samples carry it, the
+policy's own confidence (its mean log-prob per generated token, `baselines` in the results: the same columns, no
+step AUROC).
 
     python bench/loop_recipes.py --work loop-work      # with the same bench/loop.py flags as the loop's run
 
@@ -42,21 +47,24 @@ class Recipe:
     top: int = 8  # lora.top_layers; 0: all
     chains: int = 0  # 0: the loop's labelled chains; else this many chains of the source (more data)
     steps: int = 0  # training steps; 0: the loop's
+    last_step_only: bool = False  # an outcome-only model (ORM): data.train_on_last_step_only, the last step's label
 
     @property
     def name(self) -> str:
         backbone = "policy" if self.base == "policy" else Path(self.base).name
         more = f"-{self.chains}chains-{self.steps}steps" if self.chains else ""
-        return f"{self.source}-{backbone}-{self.layers or 'all'}layers-top{self.top or 'all'}{more}"
+        orm = "-orm" if self.last_step_only else ""
+        return f"{self.source}-{backbone}-{self.layers or 'all'}layers-top{self.top or 'all'}{more}{orm}"
 
 
 RECIPES = [
     Recipe("mc"), Recipe("mc", "policy"), Recipe("mc", "policy", 0),
-    Recipe("exact"), Recipe("exact", "policy"),
+    Recipe("exact"), Recipe("exact", last_step_only=True), Recipe("exact", "policy"),
     # is the PRM short of labelled chains? the same recipe on 4x and 8x the chains, labels that cost no rollouts
     Recipe("exact", chains=800, steps=200), Recipe("injected", chains=1600, steps=200),
 ]
 AGGREGATES = ("last", "min", "prod", "mean")
+CONFIDENCE = "policy confidence (mean log-prob)"  # the baseline row's name
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -87,20 +95,47 @@ def chain_metrics(rows: list[dict], problems: dict[str, dict], n: int) -> dict:
     for how in AGGREGATES:
         scored = [{**row, "samples": [{**s, "score": aggregate(s["step_scores"], how) if s["steps"] else None}
                                       for s in row["samples"]]} for row in rows]
-        chain_scores = [s["score"] for r in scored for s in r["samples"] if s["score"] is not None]
-        chain_right = [bool(s["correct"]) for r in scored for s in r["samples"] if s["score"] is not None]
-        cell = {"chain_auroc": auroc(chain_scores, chain_right),
-                "within_problem": analysis.within_problem_auroc(scored, n)}
-        for method in ("best-of-n", "weighted-best-of-n"):
-            picked = analysis.outcomes(scored, method, n)
-            cell[method] = sum(picked) / len(picked)
-            cell[f"{method} - majority"] = analysis.paired_bootstrap(picked, majority)
-        out["aggregates"][how] = cell
+        out["aggregates"][how] = chooser_cell(scored, majority, n)
     return out
+
+
+def chooser_cell(scored: list[dict], majority: list[int], n: int) -> dict:
+    """One chooser's columns from rows whose samples carry its `score`: the chain AUROC (over every scored sample),
+    the within-problem AUROC, and best-of-n and weighted best-of-n accuracy at n, each minus majority voting
+    (`majority`: its outcome per problem) with a paired interval."""
+    chain_scores = [s["score"] for r in scored for s in r["samples"] if s["score"] is not None]
+    chain_right = [bool(s["correct"]) for r in scored for s in r["samples"] if s["score"] is not None]
+    cell = {"chain_auroc": auroc(chain_scores, chain_right), "within_problem": analysis.within_problem_auroc(scored, n)}
+    for method in ("best-of-n", "weighted-best-of-n"):
+        picked = analysis.outcomes(scored, method, n)
+        cell[method] = sum(picked) / len(picked)
+        cell[f"{method} - majority"] = analysis.paired_bootstrap(picked, majority)
+    return cell
+
+
+def confidence_metrics(rows: list[dict], n: int) -> dict | None:
+    """The policy's own confidence as a chooser among the same samples, with a recipe's columns (no step AUROC; the
+    one 'aggregate' is the score, `analysis.CONFIDENCE_SCORE`); None where the samples carry no mean_logprob."""
+    scored = analysis.confidence_rows(rows, n)
+    if scored is None:
+        return None
+    majority = analysis.outcomes(rows, "majority", n)
+    return {"step_auroc": None, "majority": sum(majority) / len(majority),
+            "aggregates": {analysis.CONFIDENCE_SCORE: chooser_cell(scored, majority, n)}}
 
 
 def recipe_result(recipe: Recipe, rows: list[dict], problems: dict, n: int) -> dict:
     return {**asdict(recipe), **chain_metrics(rows, problems, n)}
+
+
+def recipe_config(runner: loop.Loop, recipe: Recipe, source: str) -> dict:
+    """The `prmkit train` config of a recipe's PRM on labels-<source>.jsonl."""
+    config = runner.prm_config(source, f"recipe-{recipe.name}", recipe.base, recipe.layers, recipe.top)
+    if recipe.steps:
+        config["training"].update(max_steps=recipe.steps, save_steps=max(recipe.steps // 4, 1))
+    if recipe.last_step_only:
+        config["data"]["train_on_last_step_only"] = True
+    return config
 
 
 def sample(runner: loop.Loop, prm: Path, problems: Path, out: Path, n: int) -> None:
@@ -144,18 +179,17 @@ def main(argv=None) -> dict:
     runner.policy_folder = stages["policy"]["folder"]
     problems = {p["prompt"]: p for p in read_jsonl(work / "validation.jsonl")}
     samples = work / "validation-samples.jsonl"
-    results = {}
+    results, scored_rows = {}, None
     for recipe in RECIPES:
         name = recipe.name
         scored = work / f"validation-{name}.jsonl"  # a PRM's scores of the samples: the metrics are made anew
         if scored.is_file():
-            results[name] = recipe_result(recipe, read_jsonl(scored), problems, args.n)
+            rows = read_jsonl(scored)
+            scored_rows = scored_rows or rows
+            results[name] = recipe_result(recipe, rows, problems, args.n)
             continue
         source = more_chains(runner, recipe) if recipe.chains else recipe.source
-        config = runner.prm_config(source, f"recipe-{name}", recipe.base, recipe.layers, recipe.top)
-        if recipe.steps:
-            config["training"].update(max_steps=recipe.steps, save_steps=max(recipe.steps // 4, 1))
-        runner.train(source, f"recipe-{name}", config)
+        runner.train(source, f"recipe-{name}", recipe_config(runner, recipe, source))
         run = work / "runs" / f"recipe-{name}"
         if not samples.is_file() or len(read_jsonl(samples)) < len(problems):
             # sampled once, with the first PRM; every PRM then scores the same samples
@@ -163,10 +197,15 @@ def main(argv=None) -> dict:
         scorer = PRMScorer.from_pretrained(str(run), device="cpu")
         rows = analysis.rescored_rows(read_jsonl(samples), scorer.score_many, lambda s: aggregate(s, "last"))
         write_jsonl(rows, scored)
+        scored_rows = scored_rows or rows
         results[name] = recipe_result(recipe, rows, problems, args.n)
         print(json.dumps({name: results[name]}, indent=1), flush=True)
     report = {"command": "python bench/loop_recipes.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "validation_problems": len(problems), "n": args.n, "recipes": results}
+    # the policy's confidence on the samples the first PRM scored (every PRM scored the same ones, kept with them)
+    confidence = confidence_metrics(scored_rows, args.n) if scored_rows else None
+    if confidence is not None:
+        report["baselines"] = {CONFIDENCE: confidence}
     write_json_atomic(args.out, report)
     print(recipe_table(report))
     return report
@@ -176,7 +215,7 @@ def recipe_table(report: dict) -> str:
     n = report["n"]
     lines = [f"| recipe | step AUROC | aggregate | chain AUROC | within-problem AUROC | best-of-{n} | "
              f"weighted best-of-{n} | majority@{n} | weighted - majority [95%] |", "|---" * 9 + "|"]
-    for name, r in report["recipes"].items():
+    for name, r in {**report["recipes"], **report.get("baselines", {})}.items():
         for how, cell in r["aggregates"].items():
             d = cell["weighted-best-of-n - majority"]
             lines.append(f"| {name} | {number(r['step_auroc'])} | {how} | {number(cell['chain_auroc'])} | "

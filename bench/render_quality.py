@@ -87,11 +87,17 @@ def loop_paired_table() -> str:
 
 
 def loop_recipes_table(name: str = "loop_recipes") -> str:
+    """The `last` aggregate of every recipe, then the baselines where the results hold them (the policy's own
+    confidence: its one score, no step AUROC)."""
     rows = []
-    for recipe, r in load(name)["recipes"].items():
-        last = r["aggregates"]["last"]
+    data = load(name)
+    recipes = {recipe: (r, "last") for recipe, r in data["recipes"].items()}
+    recipes.update({baseline: (r, next(iter(r["aggregates"]))) for baseline, r in data.get("baselines", {}).items()})
+    for recipe, (r, how) in recipes.items():
+        last = r["aggregates"][how]
         diff = last["weighted-best-of-n - majority"]
-        rows.append([recipe, f"{r['step_auroc']:.3f}", "last", f"{last['chain_auroc']:.3f}",
+        step = "-" if r["step_auroc"] is None else f"{r['step_auroc']:.3f}"
+        rows.append([recipe, step, how, f"{last['chain_auroc']:.3f}",
                      f"{last['within_problem']['auroc']:.3f} ({last['within_problem']['pairs']} pairs)",
                      f"{last['best-of-n']:.3f}", f"{last['weighted-best-of-n']:.3f}", f"{r['majority']:.3f}",
                      f"{diff['difference']:+.3f} {interval(diff, signed=True)}"])

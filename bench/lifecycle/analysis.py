@@ -1,9 +1,11 @@
 """What the lifecycle benchmark computes from the files prmkit's commands wrote: exact labels for the policy's own
 chains, how far mc and omega labels agree with them, held-out chains for `prmkit eval`, the sampling choosers
-again under another PRM's scores, and paired bootstrap intervals between two choosers."""
+again under another PRM's scores or under the policy's own confidence, and paired bootstrap intervals between two
+choosers."""
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable
 
 from lifecycle.exact import exact_labels
@@ -76,6 +78,29 @@ def rescored_rows(rows: list[dict], score_many: Callable, aggregate: Callable) -
             samples.append({**sample, "step_scores": step_scores, "score": aggregate(step_scores)})
         out.append({**row, "samples": samples})
     return out
+
+
+CONFIDENCE_SCORE = "exp(mean_logprob)"  # what the policy-confidence chooser scores a sample by
+
+
+def confidence_rows(rows: list[dict], n: int | None = None) -> list[dict] | None:
+    """The search rows with every sample's score replaced by the policy's own confidence, the baseline a PRM must
+    beat: exp(mean_logprob), the geometric-mean probability per generated token, in (0, 1] like a bce PRM's score,
+    so best-of-N picks the highest mean log-prob (ties: the first sample) and weighted best-of-N sums it per answer
+    as it sums a PRM's probabilities. A sample whose mean_logprob is None (no token generated) is unscored. Step
+    scores are emptied: the policy read every sample whole, so the PRM's max_length cuts do not demote any.
+    None unless every sample among the first n of every row carries mean_logprob (`prmkit search` writes it; an
+    older search's rows lack it)."""
+    heads = [s for row in rows for s in row["samples"][:n]]
+    if not heads or not all("mean_logprob" in s for s in heads):
+        return None
+
+    def score(sample: dict) -> float | None:
+        value = sample.get("mean_logprob")
+        return None if value is None else math.exp(value)
+
+    return [{**row, "samples": [{**s, "step_scores": [], "score": score(s)} for s in row["samples"]]}
+            for row in rows]
 
 
 def outcomes(rows: list[dict], method: str, n: int) -> list[int]:

@@ -26,9 +26,9 @@ def budget_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def comparison_table(report: dict) -> str:
+def comparison_table(report: dict, key: str = "comparisons") -> str:
     lines = ["| comparison | difference | 95% interval |", "|---|---:|---|"]
-    for name, c in report["comparisons"].items():
+    for name, c in report[key].items():
         lines.append(f"| {name} | {c['difference']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] |")
     return "\n".join(lines)
 
@@ -65,6 +65,9 @@ def stage_table(stages: dict) -> str:
 def markdown_tables(report: dict, stages: dict, k: int) -> str:
     parts = ["Search (accuracy [95% bootstrap interval]):", budget_table(report), "",
              "Paired differences against majority voting:", comparison_table(report)]
+    if report.get("versus_confidence"):
+        parts += ["", f"Paired differences against the policy's own confidence (score {report['confidence_score']}):",
+                  comparison_table(report, "versus_confidence")]
     exact = stages.get("exact-labels")
     if exact:
         parts += ["", "Labels against the exact ones:", agreement_table(exact["agreement"], k)]

@@ -50,6 +50,9 @@ def test_the_loop_runs_every_stage_and_continues_after_a_kill(tiny_llama, tmp_pa
     report = result["stages"]["report"]
     assert set(report["table"]["majority"]) == {"1", "2"}
     assert "weighted-best-of-n (exact PRM) - majority @ 2" in report["comparisons"]
+    # prmkit search wrote the policy's mean log-prob on every sample: its confidence is a chooser beside the PRMs
+    assert set(report["table"]["best-of-n (policy confidence)"]) == {"1", "2"}
+    assert "best-of-n (mc PRM) - best-of-n (policy confidence) @ 2" in report["versus_confidence"]
     assert [row["prm"] for row in result["stages"]["eval"]["rows"]] == list(loop.LABEL_SOURCES)
     assert out.with_suffix(".png").is_file() and json.loads(out.read_text())["loop_seconds"] > 0
 
@@ -76,6 +79,8 @@ def test_the_recipe_choice_trains_each_recipe_and_scores_the_same_validation_sam
                                 "--max-new-tokens", "12", "--backend", "transformers"])
     names = ["mc-policy-alllayers-topall", "exact-policy-alllayers-topall-4chains-1steps"]
     assert list(report["recipes"]) == names
+    baseline = report["baselines"][loop_recipes.CONFIDENCE]  # the policy's confidence on the same samples
+    assert baseline["step_auroc"] is None and 0 <= baseline["aggregates"]["exp(mean_logprob)"]["best-of-n"] <= 1
     for name in names:
         assert (work / "runs" / f"recipe-{name}" / "prmkit.json").is_file()
         cells = report["recipes"][name]["aggregates"]
