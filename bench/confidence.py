@@ -4,22 +4,25 @@ best-of-N, weighted best-of-N and the vote-aware rules against majority voting, 
 bench/lifecycle/onpolicy.py drew for an evaluation split (the same files the PRMs of bench/ranking.py are judged
 on), so a PRM's table and this one compare.
 
-Three confidences per sample, chosen between on validation problems only:
-- `mean`: log-prob per token of the whole solution (the length-fair one);
-- `sum`: the solution's total log-prob (favours short solutions);
-- `answer`: log-prob of the final answer's tokens given everything before them.
+Three confidences per sample, chosen between on validation problems only, each as a probability (exp of the
+log-prob) so that it weighs votes as a PRM's score does (weighted best-of-N sums them per answer):
+- `mean`: the per-token probability of the whole solution, exp(mean log-prob) (the length-fair one);
+- `sum`: the solution's probability, exp(total log-prob) (favours short solutions);
+- `answer`: the probability of the final answer's tokens given everything before them.
 
     python bench/lifecycle/onpolicy.py --split validation --problems 64 --k 8 --work /work/ranking/val
     python bench/confidence.py --samples /work/ranking/val/samples.jsonl --split validation
 
 The held-out read (`--split held_out --confidence C`) takes the confidence the validation run chose and reports that
-one only. Writes bench/results/confidence.json (one entry per split, the others kept).
+one only. Writes bench/results/confidence.json (one entry per split, the others kept); each sample's log-probs go
+to confidence-scores.jsonl beside the samples, read again by a later call for the same policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -33,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from lifecycle.onpolicy import DELIMITER  # noqa: E402
 from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
 from prmkit.evaluation.within_problem import WEIGHTED, within_problem_metrics  # noqa: E402
-from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 from prmkit.generation.base import chat_prompt  # noqa: E402
 from prmkit.generation.confidence import completion_logprobs  # noqa: E402
 from prmkit.generation.options import DEFAULT_SYSTEM_PROMPT  # noqa: E402
@@ -89,12 +92,29 @@ def confidences(model, tokenizer, problems: list[dict]) -> list[list[dict[str, f
     return out
 
 
+def cached_confidences(path: Path, policy: str, problems: list[dict], compute) -> list[list[dict]]:
+    """The log-probs of every sample, from `path` when it holds them for this policy and these problems, else
+    computed now (`compute()`) and written there."""
+    if path.is_file():
+        rows = read_jsonl(path)
+        if [r["id"] for r in rows] == [p["id"] for p in problems] and all(r["policy"] == policy for r in rows):
+            return [r["confidences"] for r in rows]
+    scores = compute()
+    write_jsonl([{"id": p["id"], "policy": policy, "confidences": c} for p, c in zip(problems, scores)], path)
+    return scores
+
+
+def probability(logprob: float | None) -> float | None:
+    return None if logprob is None else math.exp(logprob)
+
+
 def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
-    """prmkit.evaluation.within_problem's groups: one per problem, the samples in drawing order."""
+    """prmkit.evaluation.within_problem's groups: one per problem, the samples in drawing order, each confidence
+    as a probability."""
     return [{"key": problem["id"], "correct": [bool(s["correct"]) for s in problem["samples"]],
              "answers": [s["answer"] for s in problem["samples"]],
              "truncated": [s["finish_reason"] == "length" for s in problem["samples"]],
-             "scores": {name: [sample[name] for sample in per_sample] for name in CONFIDENCES}}
+             "scores": {name: [probability(sample[name]) for sample in per_sample] for name in CONFIDENCES}}
             for problem, per_sample in zip(problems, scores)]
 
 
@@ -115,9 +135,14 @@ def main(argv=None) -> dict:
     started = time.perf_counter()
     policy = Path(args.policy) if args.policy else build_policy(PolicyRecipe())
     problems = read_jsonl(args.samples)
-    tokenizer = AutoTokenizer.from_pretrained(policy)
-    model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
-    scores = confidences(model, tokenizer, problems)
+
+    def compute():
+        tokenizer = AutoTokenizer.from_pretrained(policy)
+        model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
+        return confidences(model, tokenizer, problems)
+
+    scores = cached_confidences(Path(args.samples).with_name("confidence-scores.jsonl"), str(policy), problems,
+                                compute)
     data = groups(problems, scores)
     n = min(len(g["correct"]) for g in data)
     names = CONFIDENCES if args.split == "validation" else (args.confidence,)

@@ -3,6 +3,7 @@ groups feed prmkit's within-problem metrics, validation chooses among the three 
 chosen one only."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -73,10 +74,18 @@ def test_validation_compares_all_three_and_the_held_out_read_takes_the_chosen_on
     mean = validation["confidences"]["mean"]
     assert mean["at_n"] == 3 and "majority vote" in mean and "weighted best-of-N - majority vote" in mean["versus_majority"]
 
+    cache = samples.with_name("confidence-scores.jsonl")
+    cached_at = cache.stat().st_mtime_ns
+    scores = [json.loads(line)["confidences"] for line in cache.read_text().splitlines()]
+    groups = confidence.groups(PROBLEMS, scores)
+    assert groups[0]["scores"]["mean"][1] == pytest.approx(math.exp(scores[0][1]["mean"]))  # a probability
+    assert 0 < groups[0]["scores"]["sum"][0] <= groups[0]["scores"]["mean"][0] <= 1
+
     held = confidence.main(["--samples", str(samples), "--split", "held_out", "--confidence", chosen,
                             "--policy", str(tiny_llama), "--out", str(out)])
     assert set(held["held_out"]["confidences"]) == {chosen} and "chosen" not in held["held_out"]
     assert json.loads(out.read_text())["validation"]["chosen"] == chosen  # the validation entry is kept
+    assert cache.stat().st_mtime_ns == cached_at  # the same samples' log-probs are read, not computed again
 
 
 def test_the_held_out_read_needs_the_confidence_validation_chose(samples):
