@@ -43,3 +43,43 @@ def test_a_missing_input_file(tmp_path, capsys):
     code = main(["label", str(tmp_path / "nope.jsonl"), str(tmp_path / "out.jsonl"), "--policy", "x"])
     assert code == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_label_samples_without_logprobs_and_continues_a_file_written_with_them(tiny_llama, tmp_path, monkeypatch):
+    """A label never reads a sample's log-prob, so `prmkit label` samples with logprobs off (no extra forward), and
+    they are not among the settings a resumed output must match: a file written with them (as every label output
+    was before the option) is continued to the bytes an unbroken run writes, since the samples are the same."""
+    import prmkit.generation.hf as hf
+    from prmkit.cli.common import generation_options
+    from prmkit.data.synthetic import generate_records
+    from prmkit.generation import load_generator
+    from prmkit.labeling.runner import label_file
+
+    data, out = tmp_path / "problems.jsonl", tmp_path / "labels.jsonl"
+    write_jsonl(generate_records(2, seed=7), data)
+    argv = ["label", str(data), str(out), "--policy", str(tiny_llama), "--k", "2", "--max-new-tokens", "6",
+            "--problems-per-batch", "1", "--generation-batch-size", "4", "--system-prompt", "", "--temperature",
+            "1.0", "--device", "cpu", "--checker-workers", "1"]
+    args = build_parser().parse_args(argv)
+    assert generation_options(args).logprobs is False
+    before = load_generator(str(tiny_llama), generation_options(args).replace(logprobs=True))
+    assert label_file(before, data, out, label_options(args)).rollouts > 0
+    whole = out.read_bytes()
+    out.write_bytes(whole.split(b"\n")[0] + b"\n")  # the second problem's record is still to come
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("completion_logprobs ran for prmkit label")
+
+    drawn = []
+    real_generate = hf.TransformersGenerator.generate
+
+    def recording(self, *args, **kwargs):
+        groups = real_generate(self, *args, **kwargs)
+        drawn.extend(s for group in groups for s in group)
+        return groups
+
+    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
+    monkeypatch.setattr(hf.TransformersGenerator, "generate", recording)
+    assert main(argv) == 0
+    assert drawn and all(s.logprob is None for s in drawn)
+    assert out.read_bytes() == whole

@@ -128,3 +128,21 @@ def test_the_extra_forward_does_not_change_the_samples(generator, monkeypatch):
         [(s.text, s.tokens, s.finish_reason) for p in unscored for s in p]
     assert all(s.logprob is not None and s.logprob < 0 for p in scored for s in p)
     assert len({s.logprob for p in scored for s in p}) > 1
+
+
+def test_with_logprobs_off_no_extra_forward_runs_and_the_samples_are_the_same(tiny_llama, generator, monkeypatch):
+    import prmkit.generation.hf as hf
+
+    prompts = ["Tom has 3 apples.", "The answer is", "Each friend gets"]
+    scored = generator.generate(prompts, n=3, seed=11)
+    off = load_generator(str(tiny_llama), generator.options.replace(logprobs=False))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("completion_logprobs ran with logprobs=False")
+
+    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
+    unscored = off.generate(prompts, n=3, seed=11)
+    assert [(s.text, s.tokens, s.finish_reason, s.stop) for p in scored for s in p] == \
+        [(s.text, s.tokens, s.finish_reason, s.stop) for p in unscored for s in p]
+    assert all(s.logprob is None for p in unscored for s in p)
+    assert all(s.logprob is not None for p in scored for s in p)

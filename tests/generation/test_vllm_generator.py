@@ -98,6 +98,33 @@ def test_building_the_generator_creates_no_cuda_context_before_vllm_starts(tiny_
         VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm"), logprobs_mode="processed_logprobs")
 
 
+def test_vllm_is_asked_for_the_sampled_tokens_logprobs_only_when_they_are_wanted(tiny_llama, monkeypatch):
+    asked = []
+
+    class LLM:
+        def __init__(self, **kwargs):
+            pass
+
+        def generate(self, inputs, params, use_tqdm):
+            asked.extend(params)
+            return [SimpleNamespace(outputs=[completion("So 7.", 1, "stop", logprobs=None if p.logprobs is None
+                                                        else [{0: SimpleNamespace(logprob=-0.5)}])])
+                    for p in params]
+
+    vllm = ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = LLM, lambda **kwargs: SimpleNamespace(**kwargs)
+    platforms = ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(device_type="cuda", supported_dtypes=[torch.float16])
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    on = VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm")).generate(PROMPTS[:2], n=1)
+    assert [p.logprobs for p in asked] == [0, 0] and [s.logprob for (s,) in on] == [-0.5, -0.5]
+    asked.clear()
+    off = VLLMGenerator(str(tiny_llama), GenerationOptions(backend="vllm", logprobs=False)).generate(PROMPTS[:2], n=1)
+    assert [p.logprobs for p in asked] == [None, None] and [s.logprob for (s,) in off] == [None, None]
+    assert [s.text for (s,) in off] == [s.text for (s,) in on]
+
+
 def test_on_cpu_prompts_are_never_prefilled_in_chunks(tiny_llama, monkeypatch):
     """vLLM's CPU worker rewinds a chunked request's seeded generator, which a CPU torch.Generator cannot do: with
     chunked prefill the engine dies on a large seeded batch (the real run is in the vLLM tests below)."""

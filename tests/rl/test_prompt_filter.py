@@ -257,6 +257,47 @@ def test_the_command_end_to_end_on_a_tiny_policy_and_its_resume(tmp_path, capsys
     assert out.read_bytes() == whole
 
 
+def test_the_command_samples_without_logprobs_and_continues_a_file_written_with_them(tmp_path, monkeypatch):
+    """A pass rate never reads a sample's log-prob: `prmkit rl-filter` samples with logprobs off (no extra
+    forward), and a file written with them (as every one was before the option) is continued to the same bytes."""
+    import prmkit.generation.hf as hf
+    from prmkit.cli import build_parser
+    from prmkit.cli.common import generation_options
+    from prmkit.cli.rl import filter_options
+    from prmkit.generation import load_generator
+
+    policy = build_tiny_model(tmp_path / "policy")
+    write_jsonl([{"prompt": f"Tom has {n} apples and buys 2 more. How many?", "answer": str(n + 2)}
+                 for n in (3, 4, 5)], tmp_path / "rows.jsonl")
+    out = tmp_path / "rates.jsonl"
+    argv = ["rl-filter", str(tmp_path / "rows.jsonl"), str(out), "--policy", str(policy), "--k", "3",
+            "--band", "0,1", "--max-new-tokens", "6", "--problems-per-batch", "2", "--device", "cpu",
+            "--checker-workers", "1"]
+    args = build_parser().parse_args(argv)
+    assert generation_options(args).logprobs is False
+    before = load_generator(str(policy), generation_options(args).replace(logprobs=True))
+    filter_prompts(before, tmp_path / "rows.jsonl", out, filter_options(args))
+    whole = out.read_bytes()
+    out.write_bytes(whole.split(b"\n")[0] + b"\n")  # prompt 1 of the first batch (2 prompts) is there
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("completion_logprobs ran for prmkit rl-filter")
+
+    drawn = []
+    real_generate = hf.TransformersGenerator.generate
+
+    def recording(self, *args, **kwargs):
+        groups = real_generate(self, *args, **kwargs)
+        drawn.extend(s for group in groups for s in group)
+        return groups
+
+    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
+    monkeypatch.setattr(hf.TransformersGenerator, "generate", recording)
+    assert main(argv) == 0
+    assert len(drawn) == 3 * 3 and all(s.logprob is None for s in drawn)  # both batches, sampled whole
+    assert out.read_bytes() == whole
+
+
 def test_the_command_reports_bad_input_before_loading_a_model(tmp_path, capsys):
     write_jsonl([{"prompt": "q1"}], tmp_path / "rows.jsonl")
     code = main(["rl-filter", str(tmp_path / "rows.jsonl"), str(tmp_path / "out.jsonl"), "--policy",

@@ -84,3 +84,39 @@ def test_a_beams_logprob_sums_its_steps_and_a_policy_without_logprobs_writes_non
     run_search(StepScorer(), ScriptedPolicy(two_steps), data, tmp_path / "plain.jsonl", options)
     plain = rows(tmp_path / "plain.jsonl")[0]
     assert "logprob" not in plain and "mean_logprob" not in plain["candidates"][0]
+
+
+def test_search_no_logprobs_writes_the_same_rows_without_the_confidence(tiny_run, tiny_llama, data, tmp_path, capsys,
+                                                                         monkeypatch):
+    """`prmkit search` computes the policy's confidence by default; with --no-logprobs it runs no extra forward and
+    writes the same samples, answers and choices without `logprob`/`mean_logprob`, and eval has no confidence rows."""
+    import prmkit.generation.hf as hf
+    from prmkit.cli import main
+    from prmkit.evaluation.within_problem import CONFIDENCE
+
+    common = [str(tiny_run), str(data)]
+    flags = ["--policy", str(tiny_llama), "--method", "best-of-n", "--n", "3", "--max-new-tokens", "8", "--device",
+             "cpu", "--problems-per-batch", "2"]
+    assert main(["search", *common, str(tmp_path / "default.jsonl"), *flags]) == 0
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("completion_logprobs ran with --no-logprobs")
+
+    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
+    assert main(["search", *common, str(tmp_path / "plain.jsonl"), *flags, "--no-logprobs"]) == 0
+    default, plain = rows(tmp_path / "default.jsonl"), rows(tmp_path / "plain.jsonl")
+    assert all(c["mean_logprob"] < 0 and c["logprob"] < 0 for r in default for c in r["candidates"])
+    assert "mean_logprob" in default[0]
+    confidence = ("logprob", "mean_logprob")
+    for before, after in zip(default, plain, strict=True):
+        assert not set(confidence) & set(after) and not any(set(confidence) & set(c) for c in after["candidates"])
+        assert {k: v for k, v in before.items() if k not in confidence and k != "candidates"} == \
+            {k: v for k, v in after.items() if k != "candidates"}
+        assert [{k: v for k, v in c.items() if k not in confidence} for c in before["candidates"]] == \
+            after["candidates"]
+    capsys.readouterr()
+    assert main(["eval", str(tiny_run), str(tmp_path / "plain.jsonl"), "--out", str(tmp_path / "eval"),
+                 "--device", "cpu"]) == 0
+    split = json.loads((tmp_path / "eval" / "metrics.json").read_text())["splits"]["plain"]
+    assert CONFIDENCE not in split["within_problem"]["by_n"]["methods"]
+    assert "confidence_auroc" not in split["within_problem"] and "policy_confidence" not in split["best_of_n"]

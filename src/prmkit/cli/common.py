@@ -86,9 +86,12 @@ def add_problem_flags(parser: argparse.ArgumentParser, defaults, unit: str) -> N
     parser.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of continuing it")
 
 
-def add_generation_flags(parser: argparse.ArgumentParser, *, device_flags: bool = True) -> None:
-    """The `GenerationOptions` fields as flags, for the commands that sample from a policy (label, search). A
-    command that also loads a PRM passes device_flags=False and shares the scoring flags' --device/--dtype."""
+def add_generation_flags(parser: argparse.ArgumentParser, *, device_flags: bool = True,
+                         logprobs_flag: bool = False) -> None:
+    """The `GenerationOptions` fields as flags, for the commands that sample from a policy (label, search,
+    rl-filter). A command that also loads a PRM passes device_flags=False and shares the scoring flags'
+    --device/--dtype. Only a command that writes the samples' log-probs (search) passes logprobs_flag=True and
+    gets --no-logprobs; the others never read them, and sample with `logprobs` off (no extra forward)."""
     from prmkit.generation.options import BACKENDS, GenerationOptions
 
     defaults = GenerationOptions()
@@ -113,6 +116,12 @@ def add_generation_flags(parser: argparse.ArgumentParser, *, device_flags: bool 
                        help="vllm: turn off prefix caching")
     group.add_argument("--gpu-memory-utilization", type=float, default=defaults.gpu_memory_utilization,
                        help="vllm: share of GPU memory to use (default: %(default)s)")
+    if logprobs_flag:
+        group.add_argument("--no-logprobs", dest="logprobs", action="store_false",
+                           help="do not compute each sample's log-prob (the policy-confidence baseline that prmkit "
+                                "eval reads): saves one forward per generated batch on the transformers backend")
+    else:
+        parser.set_defaults(logprobs=False)
     if device_flags:
         group.add_argument("--device", default=defaults.device,
                            help="cuda, mps or cpu (default: the first available, in that order)")
@@ -128,7 +137,8 @@ def generation_options(args: argparse.Namespace):
         backend=args.backend, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         seed=args.seed, generation_batch_size=args.generation_batch_size, device=args.device, dtype=args.dtype,
         system_prompt=args.system_prompt or None, tensor_parallel_size=args.tensor_parallel_size,
-        enable_prefix_caching=args.enable_prefix_caching, gpu_memory_utilization=args.gpu_memory_utilization)
+        enable_prefix_caching=args.enable_prefix_caching, gpu_memory_utilization=args.gpu_memory_utilization,
+        logprobs=args.logprobs)
 
 
 def add_shard_flag(parser: argparse.ArgumentParser, output: str) -> None:

@@ -80,7 +80,8 @@ def register(commands) -> None:
     search.add_argument("--limit", type=int, default=SEARCH.limit, help="search only the first N problems")
     search.add_argument("--overwrite", action="store_true", help="start OUT afresh instead of continuing it")
     add_shard_flag(search, "OUT")
-    add_generation_flags(search, device_flags=False)  # --device and --dtype: the scoring flags, for both
+    # --device and --dtype: the scoring flags, for both; --no-logprobs: rows without the policy's confidence
+    add_generation_flags(search, device_flags=False, logprobs_flag=True)
     search.set_defaults(gpu_memory_utilization=POLICY_GPU_MEMORY_UTILIZATION)  # the PRM needs the rest of the GPU
     add_scoring_flags(search)
     search.set_defaults(func=cmd_search)

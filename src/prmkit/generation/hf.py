@@ -7,7 +7,8 @@ untouched and a call repeated with the same inputs gives the same samples.
 
 Each sample's `logprob` comes from one extra teacher-forced forward over the batch's prompts and counted tokens
 (`confidence.completion_logprobs`): `generate` only exposes scores after temperature and top-p, and the baseline
-wants the raw distribution. The forward draws no random numbers, so the samples are the same with or without it.
+wants the raw distribution. The forward draws no random numbers, so the samples are the same with or without it;
+with `options.logprobs` off it is skipped and every `logprob` is None.
 """
 
 from __future__ import annotations
@@ -92,10 +93,12 @@ class TransformersGenerator:
                                              generation_config=config, tokenizer=self.tokenizer)
             new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()
             drawn = [self._sample(ids, stop) for ids in new_tokens]
-            scored = completion_logprobs(self.model, [encoded[expanded[j]] for j in rows],
-                                         [ids[:s.tokens] for ids, s in zip(new_tokens, drawn)], batch_size=size)
-            for j, sample, confidence in zip(rows, drawn, scored):
-                samples[j] = replace(sample, logprob=confidence.logprob)
+            if self.options.logprobs:
+                scored = completion_logprobs(self.model, [encoded[expanded[j]] for j in rows],
+                                             [ids[:s.tokens] for ids, s in zip(new_tokens, drawn)], batch_size=size)
+                drawn = [replace(sample, logprob=confidence.logprob) for sample, confidence in zip(drawn, scored)]
+            for j, sample in zip(rows, drawn):
+                samples[j] = sample
         return [samples[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def _sample(self, ids: list[int], stop: tuple[str, ...]) -> Sample:

@@ -23,6 +23,10 @@ class GenerationOptions:
     device: str | None = None  # cuda, mps or cpu; None: the first available
     dtype: str = "auto"  # auto = bf16 on a GPU, fp32 on CPU
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # None: the chat template's own default
+    # Each Sample's logprob, the policy's confidence (`prmkit search` writes it): one extra forward per generated
+    # batch on the transformers backend, vLLM's sampled-token log-probs. False: logprob is None, at no cost;
+    # the samples are the same either way. Labelling and rl-filter never read it and turn it off.
+    logprobs: bool = True
     tensor_parallel_size: int = 1  # vllm: GPUs per model
     enable_prefix_caching: bool = True  # vllm: rollouts from one prefix reuse its KV cache
     gpu_memory_utilization: float = 0.9  # vllm

@@ -10,6 +10,7 @@ stop string in the text it returns and `cut_at_stop` cuts it, exactly as the tra
 Each sample's `logprob` is the sum of vLLM's log-probs of its sampled tokens (`SamplingParams(logprobs=0)`: the
 sampled token's alone). vLLM computes those from the raw logits, before temperature, top-p and penalties, only in
 its `logprobs_mode="raw_logprobs"` (its default); the engine is started in that mode and refuses another.
+With `options.logprobs` off no log-probs are asked for and every `logprob` is None.
 
 This process never touches CUDA before vLLM has started: vLLM starts its engine process by fork only while the
 parent has no CUDA context (with one it must spawn instead, which re-imports the caller's main module and fails in
@@ -132,7 +133,8 @@ class VLLMGenerator:
                                  top_p=self.options.top_p if temperature > 0 else 1.0,
                                  max_tokens=max_new_tokens or self.options.max_new_tokens,
                                  seed=request_seed(seed, index), stop=list(stop) or None,
-                                 include_stop_str_in_output=True, skip_special_tokens=True, logprobs=0)
+                                 include_stop_str_in_output=True, skip_special_tokens=True,
+                                 logprobs=0 if self.options.logprobs else None)
                   for index in range(len(prompts))]
         inputs = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=self.add_special_tokens)["input_ids"]}
                   for p in prompts]

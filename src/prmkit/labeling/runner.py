@@ -28,6 +28,7 @@ from prmkit.labeling.problems import VOLATILE, Output, Problem, read_problems
 from prmkit.shards import Shard, ShardLog, check_rows, fingerprint, shard_progress
 
 GENERATION_KEYS = ("backend", "top_p", "generation_batch_size", "system_prompt")  # also decide the samples
+# (`logprobs` is not one: it changes no sample and no label, so an output continues whatever it was)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def label_file(generator: Generator, input_path: str | Path, output_path: str | 
     """Label the solutions of `input_path` (or sampled ones) into the JSONL file `output_path`, continuing it
     when it holds records of the same settings. `on_start` gets the budget before any generation. With a `shard`,
     only its batches are labelled, into its own file beside `output_path` (prmkit.shards). `progress` shows a bar
-    on a terminal, or for a shard in a log, a line every 30 seconds."""
+    on a terminal, or for a shard in a log, a line every 30 seconds. Labels never read a sample's log-prob: build
+    `generator` with `GenerationOptions(logprobs=False)`, as `prmkit label` does, to skip computing them."""
     started = time.perf_counter()
     problems = read_problems(input_path, options)
     gen = generator.options

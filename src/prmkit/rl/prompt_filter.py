@@ -40,7 +40,7 @@ from prmkit.files import write_jsonl
 BAND = (0.2, 0.8)  # PRIME's band
 EDGE = 1e-9  # a rate this close to a band edge is on it: 1/5 is kept by a band from 0.2 whatever the rounding
 GENERATION_KEYS = ("backend", "seed", "temperature", "top_p", "max_new_tokens", "generation_batch_size",
-                   "system_prompt")  # the generator's options that decide the samples
+                   "system_prompt")  # the generator's options that decide the samples (`logprobs` changes none)
 
 
 # --- the pure part: verdicts in, pass rates and a summary out ---
@@ -208,7 +208,8 @@ def filter_prompts(generator, input_path: str | Path, output_path: str | Path,
     """Sample `options.k` solutions of every prompt of `input_path` from `generator` (a prmkit Generator), write
     each prompt's counts to `output_path` (continuing it), and the rows whose pass rate lies in `options.band` to
     `kept_path` (default: `kept_path_for(output_path)`). `on_start(prompts, already_done)` is called before any
-    sampling; `progress` shows a bar."""
+    sampling; `progress` shows a bar. A pass rate never reads a sample's log-prob: build `generator` with
+    `GenerationOptions(logprobs=False)`, as `prmkit rl-filter` does, to skip computing them."""
     started = time.perf_counter()
     prompts = read_prompts(input_path, options)
     gen = generator.options
