@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -148,12 +149,21 @@ def main(argv=None) -> dict:
     names = CONFIDENCES if args.split == "validation" else (args.confidence,)
     judged = {name: within_problem_metrics(data, CONFIDENCES, correct_from="answer", aggregation=name)
               for name in names}
+    both = [(problem, per_sample) for problem, per_sample in zip(problems, scores)
+            if 0 < sum(s["correct"] for s in problem["samples"]) < len(problem["samples"])]
+    per_token = {outcome: statistics.median(c["mean"] for problem, per_sample in both
+                                            for s, c in zip(problem["samples"], per_sample)
+                                            if bool(s["correct"]) == outcome and c["mean"] is not None)
+                 for outcome in (True, False)} if both else {}
     entry = {"command": "python bench/confidence.py " + " ".join(sys.argv[1:] if argv is None else argv),
              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "policy": str(policy),
              "problems": len(data), "samples": sum(len(g["correct"]) for g in data),
              "problems_with_both_outcomes": sum(0 < sum(g["correct"]) < len(g["correct"]) for g in data),
              "note": "each solution's steps joined at the policy's delimiter and tokenized again (not the sampled "
                      "ids); the answer's log-prob follows its opening \\boxed{",
+             # what separates them: the median log-prob per token of right and of wrong samples, in the problems
+             # with both outcomes
+             "median_mean_logprob": {"right": per_token.get(True), "wrong": per_token.get(False)},
              "confidences": {name: summary(judged[name], n) for name in names}}
     if args.split == "validation":
         # the confidence with the best within-problem AUROC (each problem weighted equally), the first on a tie

@@ -68,6 +68,8 @@ def test_validation_compares_all_three_and_the_held_out_read_takes_the_chosen_on
     validation = result["validation"]
     assert set(validation["confidences"]) == set(confidence.CONFIDENCES)
     assert validation["problems"] == 2 and validation["samples"] == 6 and validation["problems_with_both_outcomes"] == 2
+    medians = validation["median_mean_logprob"]
+    assert medians["right"] < 0 and medians["wrong"] < 0  # log-probs of real samples, both outcomes present
     chosen = validation["chosen"]
     aurocs = {name: c["within_problem_auroc"]["auroc"] for name, c in validation["confidences"].items()}
     assert aurocs[chosen] == max(aurocs.values())
