@@ -56,3 +56,25 @@ def tiny_gpt2_run(tiny_gpt2, tmp_path_factory) -> Path:
     """The same tiny LoRA run on the GPT-2-style model (learned positions, another attention and cache layout),
     for the scoring tests that must hold on both architectures. Read only."""
     return train_tiny_run(tiny_gpt2, tmp_path_factory.mktemp("tiny-gpt2-run"))
+
+
+@pytest.fixture
+def samples_drawn_without_logprobs(monkeypatch) -> list:
+    """Every Sample the transformers backend draws while the test runs, with the log-prob forward forbidden: a
+    command that asks for log-probs it never reads fails at once."""
+    import prmkit.generation.hf as hf
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("completion_logprobs ran for a command that never reads a log-prob")
+
+    drawn: list = []
+    real_generate = hf.TransformersGenerator.generate
+
+    def recording(self, *args, **kwargs):
+        groups = real_generate(self, *args, **kwargs)
+        drawn.extend(s for group in groups for s in group)
+        return groups
+
+    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
+    monkeypatch.setattr(hf.TransformersGenerator, "generate", recording)
+    return drawn

@@ -45,11 +45,10 @@ def test_a_missing_input_file(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-def test_label_samples_without_logprobs_and_continues_a_file_written_with_them(tiny_llama, tmp_path, monkeypatch):
+def test_label_samples_without_logprobs_and_continues_a_file_written_with_them(tiny_llama, tmp_path, request):
     """A label never reads a sample's log-prob, so `prmkit label` samples with logprobs off (no extra forward), and
     they are not among the settings a resumed output must match: a file written with them (as every label output
     was before the option) is continued to the bytes an unbroken run writes, since the samples are the same."""
-    import prmkit.generation.hf as hf
     from prmkit.cli.common import generation_options
     from prmkit.data.synthetic import generate_records
     from prmkit.generation import load_generator
@@ -67,19 +66,7 @@ def test_label_samples_without_logprobs_and_continues_a_file_written_with_them(t
     whole = out.read_bytes()
     out.write_bytes(whole.split(b"\n")[0] + b"\n")  # the second problem's record is still to come
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("completion_logprobs ran for prmkit label")
-
-    drawn = []
-    real_generate = hf.TransformersGenerator.generate
-
-    def recording(self, *args, **kwargs):
-        groups = real_generate(self, *args, **kwargs)
-        drawn.extend(s for group in groups for s in group)
-        return groups
-
-    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
-    monkeypatch.setattr(hf.TransformersGenerator, "generate", recording)
+    drawn = request.getfixturevalue("samples_drawn_without_logprobs")  # from here on
     assert main(argv) == 0
     assert drawn and all(s.logprob is None for s in drawn)
     assert out.read_bytes() == whole

@@ -257,10 +257,9 @@ def test_the_command_end_to_end_on_a_tiny_policy_and_its_resume(tmp_path, capsys
     assert out.read_bytes() == whole
 
 
-def test_the_command_samples_without_logprobs_and_continues_a_file_written_with_them(tmp_path, monkeypatch):
+def test_the_command_samples_without_logprobs_and_continues_a_file_written_with_them(tmp_path, request):
     """A pass rate never reads a sample's log-prob: `prmkit rl-filter` samples with logprobs off (no extra
     forward), and a file written with them (as every one was before the option) is continued to the same bytes."""
-    import prmkit.generation.hf as hf
     from prmkit.cli import build_parser
     from prmkit.cli.common import generation_options
     from prmkit.cli.rl import filter_options
@@ -280,19 +279,7 @@ def test_the_command_samples_without_logprobs_and_continues_a_file_written_with_
     whole = out.read_bytes()
     out.write_bytes(whole.split(b"\n")[0] + b"\n")  # prompt 1 of the first batch (2 prompts) is there
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("completion_logprobs ran for prmkit rl-filter")
-
-    drawn = []
-    real_generate = hf.TransformersGenerator.generate
-
-    def recording(self, *args, **kwargs):
-        groups = real_generate(self, *args, **kwargs)
-        drawn.extend(s for group in groups for s in group)
-        return groups
-
-    monkeypatch.setattr(hf, "completion_logprobs", forbidden)
-    monkeypatch.setattr(hf.TransformersGenerator, "generate", recording)
+    drawn = request.getfixturevalue("samples_drawn_without_logprobs")  # from here on
     assert main(argv) == 0
     assert len(drawn) == 3 * 3 and all(s.logprob is None for s in drawn)  # both batches, sampled whole
     assert out.read_bytes() == whole
