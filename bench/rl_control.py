@@ -13,7 +13,8 @@ against it (bench/process_grpo.py compares the rules at the settings chosen here
    of the `--snapshots` steps (the policy saved on the way), so the run length is chosen on validation too.
 4. The (learning rate, steps) with the best validation accuracy (the smaller, then the shorter, on a tie) is read
    once on the held-out problems: greedy accuracy before and after, with the paired bootstrap interval. No other
-   run touches the held-out file.
+   run touches the held-out file, and none does when no run beats the starting policy on validation: the choice
+   then is not to train, and the held-out problems stay unread for a sweep that has a candidate.
 
     python bench/rl_control.py --work rl-work     # run it again after a kill to continue: every stage resumes
     python bench/rl_control.py --work rl-work --validation-only   # the sweep alone; the held-out problems unread
@@ -232,6 +233,14 @@ def main(argv=None) -> dict:
         write_json_atomic(Path(args.out), result)
         return result
     chosen, chosen_step = min(accuracy, key=lambda run: (-accuracy[run], *run))
+    start = sum(base_validation) / len(base_validation)
+    if accuracy[chosen, chosen_step] <= start:
+        result["held_out"] = (f"not read: no run beat the starting policy on validation (best: lr {chosen:g}, "
+                              f"{chosen_step} steps, {accuracy[chosen, chosen_step]:.3f} against {start:.3f})")
+        result["seconds_this_call"] = round(time.perf_counter() - started, 1)
+        write_json_atomic(Path(args.out), result)
+        print(result["held_out"])
+        return result
     result["chosen_lr"], result["chosen_steps"] = f"{chosen:g}", chosen_step
     # The held-out problems are read here, once, for the starting policy and the chosen run only.
     before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",

@@ -1,7 +1,7 @@
 """bench/rl_control.py's stages on a tiny random policy: the pool filtered by prmkit rl-filter, one GRPO run per
 learning rate judged on the validation problems after its last step and a snapshot on the way, the held-out problems
-unread under --validation-only and read once after; a second call continues from the finished files instead of
-training again."""
+unread under --validation-only or when no run beats the starting policy on validation, and read once for the run
+that does; a later call continues from the finished files instead of training again."""
 
 import json
 import shutil
@@ -37,7 +37,7 @@ def tiny_control(tiny_llama, work, out, *extra):
                             "--out", str(out), *extra])
 
 
-def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(chat_policy, tmp_path):
+def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(chat_policy, tmp_path, monkeypatch):
     work, out = tmp_path / "work", tmp_path / "rl_control.json"
     first = tiny_control(chat_policy, work, out, "--validation-only", "--snapshots", "1")
     assert first["pool"]["prompts"] == 2 and first["pool"]["kept"] == 2  # the band 0-1 keeps every problem
@@ -52,15 +52,26 @@ def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(c
     trained_at = (final / "config.json").stat().st_mtime_ns
     assert out.with_suffix(".png").is_file()
 
+    # the tiny policy gets nothing right before or after: no run beats the start, so the held-out stays unread
     second = tiny_control(chat_policy, work, out, "--snapshots", "1")
     assert (final / "config.json").stat().st_mtime_ns == trained_at  # finished run and evaluations are read again
-    assert second["chosen_lr"] == "1e-06" and set(second["held_out"]) == {"before", "after", "after - before"}
-    accuracy = {"1": run["snapshots"]["1"]["after"]["accuracy"], "2": run["after"]["accuracy"]}
-    best = min(accuracy, key=lambda step: (-accuracy[step], int(step)))  # the shorter run on a tie
-    assert second["chosen_steps"] == int(best)
+    assert second["held_out"].startswith("not read: no run beat the starting policy") and "chosen_lr" not in second
+    assert not list(work.glob("held-out-*"))
+
+    # a run that beats it on validation (scripted: the 2-step policy answers every validation problem) is read once
+    real = rl_control.greedy_correct
+
+    def scripted(policy, problems, path, max_new_tokens):
+        correct = real(policy, problems, path, max_new_tokens)
+        return [1] * len(correct) if path.name == "validation-lr-1e-06-step-2.jsonl" else correct
+
+    monkeypatch.setattr(rl_control, "greedy_correct", scripted)
+    third = tiny_control(chat_policy, work, out, "--snapshots", "1")
+    assert third["chosen_lr"] == "1e-06" and third["chosen_steps"] == 2
+    assert set(third["held_out"]) == {"before", "after", "after - before"}
     assert sorted(p.name for p in work.glob("held-out-*")) == ["held-out-before.jsonl",
-                                                               f"held-out-lr-1e-06-step-{best}.jsonl"]
-    assert json.loads(out.read_text())["held_out"]["before"]["accuracy"] == second["held_out"]["before"]["accuracy"]
+                                                               "held-out-lr-1e-06-step-2.jsonl"]
+    assert json.loads(out.read_text())["held_out"]["before"]["accuracy"] == third["held_out"]["before"]["accuracy"]
 
 
 def test_a_snapshot_must_come_before_the_last_step():
