@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from lifecycle.analysis import confidence_score  # noqa: E402
 from lifecycle.onpolicy import DELIMITER  # noqa: E402
 from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
 from prmkit.evaluation.within_problem import WEIGHTED, within_problem_metrics  # noqa: E402
@@ -105,17 +105,13 @@ def cached_confidences(path: Path, policy: str, problems: list[dict], compute) -
     return scores
 
 
-def probability(logprob: float | None) -> float | None:
-    return None if logprob is None else math.exp(logprob)
-
-
 def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
     """prmkit.evaluation.within_problem's groups: one per problem, the samples in drawing order, each confidence
     as a probability."""
     return [{"key": problem["id"], "correct": [bool(s["correct"]) for s in problem["samples"]],
              "answers": [s["answer"] for s in problem["samples"]],
              "truncated": [s["finish_reason"] == "length" for s in problem["samples"]],
-             "scores": {name: [probability(sample[name]) for sample in per_sample] for name in CONFIDENCES}}
+             "scores": {name: [confidence_score(sample[name]) for sample in per_sample] for name in CONFIDENCES}}
             for problem, per_sample in zip(problems, scores)]
 
 

@@ -83,6 +83,12 @@ def rescored_rows(rows: list[dict], score_many: Callable, aggregate: Callable) -
 CONFIDENCE_SCORE = "exp(mean_logprob)"  # what the policy-confidence chooser scores a sample by
 
 
+def confidence_score(logprob: float | None) -> float | None:
+    """A log-prob as the probability it is (None stays None): in (0, 1] like a bce PRM's score, so weighted best-of-N
+    sums it per answer as it sums a PRM's."""
+    return None if logprob is None else math.exp(logprob)
+
+
 def confidence_rows(rows: list[dict], n: int | None = None) -> list[dict] | None:
     """The search rows with every sample's score replaced by the policy's own confidence, the baseline a PRM must
     beat: exp(mean_logprob), the geometric-mean probability per generated token, in (0, 1] like a bce PRM's score,
@@ -94,12 +100,8 @@ def confidence_rows(rows: list[dict], n: int | None = None) -> list[dict] | None
     heads = [s for row in rows for s in row["samples"][:n]]
     if not heads or not all("mean_logprob" in s for s in heads):
         return None
-
-    def score(sample: dict) -> float | None:
-        value = sample.get("mean_logprob")
-        return None if value is None else math.exp(value)
-
-    return [{**row, "samples": [{**s, "step_scores": [], "score": score(s)} for s in row["samples"]]}
+    return [{**row, "samples": [{**s, "step_scores": [], "score": confidence_score(s.get("mean_logprob"))}
+                                for s in row["samples"]]}
             for row in rows]
 
 
