@@ -4,14 +4,21 @@ best-of-N, weighted best-of-N and the vote-aware rules against majority voting, 
 bench/lifecycle/onpolicy.py drew for an evaluation split (the same files the PRMs of bench/ranking.py are judged
 on), so a PRM's table and this one compare.
 
-Three confidences per sample, chosen between on validation problems only, each as a probability (exp of the
-log-prob) so that it weighs votes as a PRM's score does (weighted best-of-N sums them per answer):
+Confidences per sample, chosen between on validation problems only, each as a probability (exp of the log-prob)
+so that it weighs votes as a PRM's score does (weighted best-of-N sums them per answer). The preregistered three:
 - `mean`: the per-token probability of the whole solution, exp(mean log-prob) (the length-fair one);
 - `sum`: the solution's probability, exp(total log-prob) (favours short solutions);
 - `answer`: the probability of the final answer's tokens given everything before them.
+Two that look where in the sample the policy was unsure (`--confidences` with all five, validation only; the
+held-out problems were read for the first three, so these go to a results file of their own):
+- `lowest-token`: the probability of the least likely token (one slip fades in the mean, not here);
+- `lowest-step`: the lowest per-token probability of any one step, each step's exp(mean log-prob): the policy's
+  confidence as a process score, step by step, aggregated by `min` as prmkit's PRMs are.
 
     python bench/lifecycle/onpolicy.py --split validation --problems 64 --k 8 --work /work/ranking/val
     python bench/confidence.py --samples /work/ranking/val/samples.jsonl --split validation
+    python bench/confidence.py --samples /work/ranking/val/samples.jsonl --split validation \
+        --confidences mean,sum,answer,lowest-token,lowest-step --out bench/results/confidence_steps.json
 
 The held-out read (`--split held_out --confidence C`) takes the confidence the validation run chose and reports that
 one only. Writes bench/results/confidence.json (one entry per split, the others kept); each sample's log-probs go
@@ -21,6 +28,7 @@ to confidence-scores.jsonl beside the samples, read again by a later call for th
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import platform
@@ -42,7 +50,8 @@ from prmkit.generation.base import chat_prompt  # noqa: E402
 from prmkit.generation.confidence import completion_logprobs  # noqa: E402
 from prmkit.generation.options import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 
-CONFIDENCES = ("mean", "sum", "answer")
+PREREGISTERED = ("mean", "sum", "answer")
+CONFIDENCES = (*PREREGISTERED, "lowest-token", "lowest-step")
 ANSWER_OPENS = "\\boxed{"  # the policy closes with "The answer is \\boxed{N}."
 
 
@@ -50,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", required=True, help="WORK/samples.jsonl of bench/lifecycle/onpolicy.py")
     parser.add_argument("--split", choices=("validation", "held_out"), required=True)
+    parser.add_argument("--confidences", default=",".join(PREREGISTERED),
+                        help=f"validation only: the confidences compared, comma-separated, of {', '.join(CONFIDENCES)}")
     parser.add_argument("--confidence", choices=CONFIDENCES, default=None,
                         help="held_out only: the confidence the validation run chose (the one read)")
     parser.add_argument("--policy", default=None, help="the policy that drew the samples (default: the cached "
@@ -59,6 +70,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if (args.split == "held_out") != (args.confidence is not None):
         parser.error("--confidence goes with --split held_out, and only there: validation compares all three, "
                      "held-out problems read the one validation chose")
+    args.confidences = tuple(args.confidences.split(","))
+    unknown = [name for name in args.confidences if name not in CONFIDENCES]
+    if unknown:
+        parser.error(f"--confidences: {', '.join(unknown)} unknown; choose from {', '.join(CONFIDENCES)}")
     return args
 
 
@@ -66,9 +81,28 @@ def solution_text(sample: dict) -> str:
     return DELIMITER.join(sample["steps"])
 
 
+def step_of_each_token(tokenizer, steps: list[str], ids_text: str) -> list[int]:
+    """For each token of `ids_text` (the steps joined at DELIMITER), the step it belongs to: the step its first
+    character lies in, the delimiter going with the step it closes."""
+    starts, at = [], 0
+    for step in steps:
+        starts.append(at)
+        at += len(step) + len(DELIMITER)
+    offsets = tokenizer(ids_text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return [max(0, bisect.bisect_right(starts, begin) - 1) for begin, _ in offsets]
+
+
+def lowest_step_mean(token_logprobs: tuple[float, ...], owners: list[int]) -> float | None:
+    """The lowest of the steps' mean token log-probs."""
+    per_step: dict[int, list[float]] = {}
+    for value, step in zip(token_logprobs, owners):
+        per_step.setdefault(step, []).append(value)
+    return min(sum(v) / len(v) for v in per_step.values()) if per_step else None
+
+
 def confidences(model, tokenizer, problems: list[dict]) -> list[list[dict[str, float | None]]]:
     """Per problem, per sample: each confidence of CONFIDENCES (None where the sample wrote no boxed answer)."""
-    prompts, completions, owners = [], [], []
+    prompts, completions, owners, step_owners = [], [], [], {}
     for p, problem in enumerate(problems):
         prompt = tokenizer(chat_prompt(tokenizer, problem["prompt"], "", DEFAULT_SYSTEM_PROMPT),
                            add_special_tokens=False)["input_ids"]
@@ -77,6 +111,7 @@ def confidences(model, tokenizer, problems: list[dict]) -> list[list[dict[str, f
             prompts.append(prompt)
             completions.append(tokenizer(text, add_special_tokens=False)["input_ids"])
             owners.append((p, s, "whole"))
+            step_owners[p, s] = step_of_each_token(tokenizer, sample["steps"], text)
             cut = text.rfind(ANSWER_OPENS)
             if cut != -1 and sample["answer"] is not None:
                 head = tokenizer(text[:cut + len(ANSWER_OPENS)], add_special_tokens=False)["input_ids"]
@@ -88,6 +123,8 @@ def confidences(model, tokenizer, problems: list[dict]) -> list[list[dict[str, f
     for (p, s, part), result in zip(owners, results):
         if part == "whole":
             out[p][s]["mean"], out[p][s]["sum"] = result.mean, result.logprob
+            out[p][s]["lowest-token"] = result.lowest
+            out[p][s]["lowest-step"] = lowest_step_mean(result.token_logprobs, step_owners[p, s])
         else:
             out[p][s]["answer"] = result.logprob
     return out
@@ -98,7 +135,8 @@ def cached_confidences(path: Path, policy: str, problems: list[dict], compute) -
     computed now (`compute()`) and written there."""
     if path.is_file():
         rows = read_jsonl(path)
-        if [r["id"] for r in rows] == [p["id"] for p in problems] and all(r["policy"] == policy for r in rows):
+        if [r["id"] for r in rows] == [p["id"] for p in problems] and all(r["policy"] == policy for r in rows) \
+                and all(set(CONFIDENCES) <= set(c) for r in rows for c in r["confidences"]):
             return [r["confidences"] for r in rows]
     scores = compute()
     write_jsonl([{"id": p["id"], "policy": policy, "confidences": c} for p, c in zip(problems, scores)], path)
@@ -142,7 +180,7 @@ def main(argv=None) -> dict:
                                 compute)
     data = groups(problems, scores)
     n = min(len(g["correct"]) for g in data)
-    names = CONFIDENCES if args.split == "validation" else (args.confidence,)
+    names = args.confidences if args.split == "validation" else (args.confidence,)
     judged = {name: within_problem_metrics(data, CONFIDENCES, correct_from="answer", aggregation=name)
               for name in names}
     both = [(problem, per_sample) for problem, per_sample in zip(problems, scores)

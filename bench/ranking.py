@@ -23,7 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
 from prmkit.evaluation.evaluate import best_of_n_groups  # noqa: E402
 from prmkit.evaluation.metrics import choice_accuracy, paired_bootstrap, within_problem_auroc  # noqa: E402
 from prmkit.evaluation.splits import Chain, Split  # noqa: E402
@@ -34,6 +36,11 @@ from prmkit.scoring.aggregate import AGGREGATIONS  # noqa: E402
 PRIMARY = "min"  # the chain score whose within-problem AUROC chooses (prmkit's default aggregation)
 BEST_OF = 8
 BOOTSTRAP = {"iterations": 2000, "seed": 0}
+BACKBONES = {  # model and lora sections of the PRM's config
+    "smollm2": ({"base": "smollm2-135m", "num_layers": 16}, {"top_layers": 8}),
+    # the implicit-PRM and Snell et al. lever: a backbone that generated the samples reads them (all 30 layers)
+    "policy": ({"num_layers": None}, {"top_layers": None}),
+}
 CONDITIONS = {  # bench/ranking_prereg.md
     "A-step-loss": {},
     "B-ranking-0.5": {"ranking_weight": 0.5, "ranking_score": "min"},
@@ -46,29 +53,44 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work", required=True, help="folder holding train/, val/ and held-out/ from onpolicy.py")
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--backbone", choices=sorted(BACKBONES), default="smollm2",
+                        help="smollm2: the preregistered recipe (16 layers, LoRA on the top 8); policy: the policy "
+                        "that drew the samples, every layer kept and adapted")
+    parser.add_argument("--validation-only", action="store_true",
+                        help="stop after the choice: the held-out file stays unread (a lever measured on validation)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ranking.json"))
     return parser.parse_args(argv)
 
 
-def prm_config(work: Path, name: str, loss: dict, steps: int) -> dict:
-    """bench/loop.py's exact-label PRM recipe (prm_config) on the on-policy file, with the condition's loss."""
+def runs_home(work: Path, backbone: str) -> Path:
+    """Where a backbone's runs and scores live: one other than the preregistered one keeps its own, so neither
+    takes the other's as done."""
+    return work if backbone == "smollm2" else work / f"backbone-{backbone}"
+
+
+def prm_config(work: Path, name: str, loss: dict, steps: int, backbone: str = "smollm2") -> dict:
+    """bench/loop.py's exact-label PRM recipe (prm_config) on the on-policy file, with the condition's loss and the
+    backbone's model and LoRA layers."""
+    model, lora = BACKBONES[backbone]
+    if backbone == "policy":
+        model = {**model, "base": str(build_policy(PolicyRecipe()))}
     return {
-        "output_dir": str(work / "runs"), "run_name": name,
-        "model": {"base": "smollm2-135m", "num_layers": 16, "finetune": "lora"},
+        "output_dir": str(runs_home(work, backbone) / "runs"), "run_name": name,
+        "model": {**model, "finetune": "lora"},
         "data": {"train": str(work / "train" / "prm-train.jsonl"), "max_length": 512},
-        "lora": {"r": 16, "alpha": 32, "top_layers": 8},
+        "lora": {"r": 16, "alpha": 32, **lora},
         "loss": loss,
         "training": {"max_steps": steps, "batch_size": 8, "lr": 5e-4, "head_init": "probe", "warmup_steps": 5,
                      "logging_steps": 10, "save_steps": max(steps // 4, 1), "seed": 0},
     }
 
 
-def train(work: Path, name: str, loss: dict, steps: int) -> Path:
-    run = work / "runs" / name
+def train(work: Path, name: str, loss: dict, steps: int, backbone: str = "smollm2") -> Path:
+    run = runs_home(work, backbone) / "runs" / name
     if (run / "prmkit.json").is_file():
         return run
-    config = work / f"train-{name}.json"
-    write_json_atomic(config, prm_config(work, name, loss, steps))
+    config = runs_home(work, backbone) / f"train-{name}.json"
+    write_json_atomic(config, prm_config(work, name, loss, steps, backbone))
     # a run stopped before its first checkpoint has files but nothing to resume from: it starts again
     resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) else ["--overwrite"]
     subprocess.run([sys.executable, "-m", "prmkit", "train", str(config), *resume], check=True)
@@ -148,25 +170,30 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     work = Path(args.work).resolve()
     names = args.conditions.split(",")
+    work_runs = runs_home(work, args.backbone)
     result = {"command": "python bench/ranking.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
               "preregistration": "bench/ranking_prereg.md", "settings": {"steps": args.steps, "primary": PRIMARY,
                                                                          "best_of": BEST_OF, **BOOTSTRAP},
-              "config": prm_config(work, "NAME", {}, args.steps),
+              "backbone": args.backbone, "config": prm_config(work, "NAME", {}, args.steps, args.backbone),
               "data": {"train": data_counts(work / "train", "prm-train.jsonl"),
                        "validation": data_counts(work / "val", "prm-eval.jsonl")}, "validation": {}}
-    runs = {name: train(work, name, CONDITIONS[name], args.steps) for name in names}
+    runs = {name: train(work, name, CONDITIONS[name], args.steps, args.backbone) for name in names}
     result["training_log"] = {name: training_log(run) for name, run in runs.items()}
     for name, run in runs.items():
-        chains = scored(run, work / "val" / "prm-eval.jsonl", work / "scores" / f"val-{name}.jsonl")
+        chains = scored(run, work / "val" / "prm-eval.jsonl", work_runs / "scores" / f"val-{name}.jsonl")
         result["validation"][name], _ = evaluate(chains)
         write_json_atomic(args.out, result)
     chosen = max(names, key=lambda name: result["validation"][name]["auroc"][PRIMARY])
     result["chosen"] = chosen
     write_json_atomic(args.out, result)  # the choice is on record before the held-out file is read
+    if args.validation_only:
+        print(json.dumps({k: result[k] for k in ("validation", "chosen")}, indent=1))
+        return result
 
     baseline = names[0]
-    held = {name: scored(runs[name], work / "held-out" / "prm-eval.jsonl", work / "scores" / f"held-{name}.jsonl")
+    held = {name: scored(runs[name], work / "held-out" / "prm-eval.jsonl",
+                         work_runs / "scores" / f"held-{name}.jsonl")
             for name in dict.fromkeys([baseline, chosen])}
     result["data"]["held_out"] = data_counts(work / "held-out", "prm-eval.jsonl")
     report, problems = {}, {}

@@ -61,12 +61,53 @@ def test_each_confidence_is_the_policys_log_prob_of_the_samples_own_text(tiny_ll
     assert scores[1][1]["answer"] is None and scores[1][1]["mean"] is not None  # no boxed answer to read
 
 
+def naive_token_logprobs(model, prompt_ids, completion_ids):
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().log_softmax(-1)
+    return [logits[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(completion_ids)]
+
+
+def test_the_lowest_token_and_the_lowest_step_read_each_tokens_log_prob(tiny_llama):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    scores = confidence.confidences(model, tokenizer, PROBLEMS)
+    prompt = tokenizer(chat_prompt(tokenizer, PROBLEMS[0]["prompt"], "", DEFAULT_SYSTEM_PROMPT),
+                       add_special_tokens=False)["input_ids"]
+    steps = ["3 + 4 = 8", "The answer is \\boxed{8}."]
+    text = "\n\n".join(steps)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    tokens = naive_token_logprobs(model, prompt, encoded["input_ids"])
+    assert scores[0][1]["lowest-token"] == pytest.approx(min(tokens), abs=1e-4)
+    # by hand: a token belongs to the first step until a token starts inside the second step's text
+    second = text.index("The")
+    owners = [0 if begin < second else 1 for begin, _ in encoded["offset_mapping"]]
+    assert owners[0] == 0 and owners[-1] == 1 and confidence.step_of_each_token(tokenizer, steps, text) == owners
+    means = [sum(t for t, o in zip(tokens, owners) if o == k) / owners.count(k) for k in (0, 1)]
+    assert scores[0][1]["lowest-step"] == pytest.approx(min(means), abs=1e-4)
+    # the mean is a weighted mean of the steps' means, each at least the lowest token
+    assert scores[0][1]["lowest-token"] <= scores[0][1]["lowest-step"] <= scores[0][1]["mean"] + 1e-9
+
+
+def test_lowest_step_mean_by_hand():
+    assert confidence.lowest_step_mean((-0.5, -1.5, -0.25, -0.25), [0, 0, 1, 1]) == -1.0
+    assert confidence.lowest_step_mean((), []) is None
+
+
+def test_the_confidences_compared_on_validation_are_a_choice(samples):
+    args = confidence.parse_args(["--samples", str(samples), "--split", "validation",
+                                  "--confidences", "mean,lowest-step"])
+    assert args.confidences == ("mean", "lowest-step")
+    with pytest.raises(SystemExit):
+        confidence.parse_args(["--samples", str(samples), "--split", "validation", "--confidences", "mean,median"])
+
+
 def test_validation_compares_all_three_and_the_held_out_read_takes_the_chosen_one(tiny_llama, samples, tmp_path):
     out = tmp_path / "confidence.json"
     result = confidence.main(["--samples", str(samples), "--split", "validation", "--policy", str(tiny_llama),
                               "--out", str(out)])
     validation = result["validation"]
-    assert set(validation["confidences"]) == set(confidence.CONFIDENCES)
+    assert set(validation["confidences"]) == set(confidence.PREREGISTERED)  # the others only when asked
     assert validation["problems"] == 2 and validation["samples"] == 6 and validation["problems_with_both_outcomes"] == 2
     medians = validation["median_mean_logprob"]
     assert medians["right"] < 0 and medians["wrong"] < 0  # log-probs of real samples, both outcomes present

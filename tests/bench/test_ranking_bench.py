@@ -49,7 +49,7 @@ def test_the_choice_is_written_before_the_held_out_file_is_read(tmp_path, monkey
         seen.append(("validation", name))
         return validation[name]
 
-    monkeypatch.setattr(ranking, "train", lambda work, name, loss, steps: work / "runs" / name)
+    monkeypatch.setattr(ranking, "train", lambda work, name, loss, steps, backbone: work / "runs" / name)
     monkeypatch.setattr(ranking, "scored", fake_scored)
     monkeypatch.setattr(ranking, "training_log", lambda run: [])
     result = ranking.main(["--work", str(tmp_path), "--out", str(out)])
@@ -59,3 +59,36 @@ def test_the_choice_is_written_before_the_held_out_file_is_read(tmp_path, monkey
     paired = result["held_out_paired"]["within_problem_auroc"]
     assert paired["difference"] == pytest.approx(0.75) and paired["problems"] == 2
     assert set(result["held_out"]) == {"A-step-loss", "B-ranking-0.5"}
+
+
+def test_validation_only_never_opens_the_held_out_file(tmp_path, monkeypatch):
+    for folder in ("train", "val"):
+        (tmp_path / folder).mkdir()
+    row = {"prompt": "p", "completions": ["a"], "labels": [1], "correct": True}
+    (tmp_path / "train" / "prm-train.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "val" / "prm-eval.jsonl").write_text(json.dumps(row) + "\n")
+    read = []
+
+    def fake_scored(run, data, cache):
+        read.append(str(data))
+        return problem("v", 0.9, 0.1) if run.name == "B-ranking-0.5" else problem("v", 0.5, 0.5)
+
+    monkeypatch.setattr(ranking, "build_policy", lambda recipe: tmp_path / "policy")
+    monkeypatch.setattr(ranking, "train", lambda work, name, loss, steps, backbone: work / "runs" / name)
+    monkeypatch.setattr(ranking, "scored", fake_scored)
+    monkeypatch.setattr(ranking, "training_log", lambda run: [])
+    result = ranking.main(["--work", str(tmp_path), "--out", str(tmp_path / "r.json"), "--backbone", "policy",
+                           "--conditions", "A-step-loss,B-ranking-0.5", "--validation-only"])
+    assert result["chosen"] == "B-ranking-0.5" and "held_out" not in result
+    assert read and all("held-out" not in path for path in read)
+
+
+def test_the_policy_backbone_keeps_every_layer_and_runs_apart(tmp_path, monkeypatch):
+    monkeypatch.setattr(ranking, "build_policy", lambda recipe: tmp_path / "policy")
+    policy = ranking.prm_config(tmp_path, "A", {}, 10, "policy")
+    default = ranking.prm_config(tmp_path, "A", {}, 10)
+    assert policy["model"] == {"base": str(tmp_path / "policy"), "num_layers": None, "finetune": "lora"}
+    assert policy["lora"]["top_layers"] is None and default["lora"]["top_layers"] == 8
+    assert default["model"]["base"] == "smollm2-135m" and default["model"]["num_layers"] == 16
+    assert policy["output_dir"] != default["output_dir"]
+    assert policy["data"] == default["data"]  # the same training file: only the backbone differs

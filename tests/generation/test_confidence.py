@@ -20,12 +20,16 @@ def model(request, tiny_llama, tiny_gpt2):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def naive(model, prompt: list[int], completion: list[int]) -> float:
+def naive_tokens(model, prompt: list[int], completion: list[int]) -> list[float]:
     """One unpadded pair: the full vocabulary's logits at every position, log_softmax, the completion's tokens."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0]
     logprobs = torch.log_softmax(logits.double(), dim=-1)
-    return sum(logprobs[len(prompt) - 1 + k, token].item() for k, token in enumerate(completion))
+    return [logprobs[len(prompt) - 1 + k, token].item() for k, token in enumerate(completion)]
+
+
+def naive(model, prompt: list[int], completion: list[int]) -> float:
+    return sum(naive_tokens(model, prompt, completion))
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
@@ -40,6 +44,16 @@ def test_equals_the_naive_computation_whatever_the_batching(model, padding_side,
     assert found[3] == CompletionLogprob(0.0, 0) and found[3].mean is None
     assert found[1].mean == pytest.approx(expected[1] / 7, abs=1e-6)
     assert all(f.logprob < 0 for f in found[:3])
+    for result, prompt, completion in zip(found, PROMPTS, COMPLETIONS):
+        assert result.token_logprobs == pytest.approx(naive_tokens(model, prompt, completion), abs=1e-5)
+    assert found[1].lowest == pytest.approx(min(naive_tokens(model, PROMPTS[1], COMPLETIONS[1])), abs=1e-5)
+    assert found[3].lowest is None
+
+
+def test_the_lowest_token_is_the_least_likely_one():
+    result = CompletionLogprob(logprob=-3.5, tokens=3, token_logprobs=(-0.25, -3.0, -0.25))
+    assert result.lowest == -3.0 and result.mean == pytest.approx(-3.5 / 3)
+    assert CompletionLogprob(logprob=-1.0, tokens=2).lowest is None  # made without per-token values
 
 
 def test_a_pair_scores_the_same_alone_and_beside_longer_ones(model):

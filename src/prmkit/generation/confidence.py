@@ -28,18 +28,26 @@ NEUTRAL = (None, 1, 1.0)
 class CompletionLogprob:
     logprob: float  # the sum of the completion tokens' log-probs (0.0 for an empty completion)
     tokens: int  # how many completion tokens that sum covers
+    # each completion token's log-prob in order: where in a sample the policy was unsure, e.g. per step
+    token_logprobs: tuple[float, ...] = ()
 
     @property
     def mean(self) -> float | None:
         """Log-prob per token, the length-fair confidence; None for an empty completion."""
         return self.logprob / self.tokens if self.tokens else None
 
+    @property
+    def lowest(self) -> float | None:
+        """The least likely token's log-prob: one slip in an otherwise sure sample shows here and fades in the
+        mean; None for an empty completion (or one computed without per-token values)."""
+        return min(self.token_logprobs) if self.token_logprobs else None
+
 
 def completion_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
                         batch_size: int = 8, positions_per_chunk: int = 1024,
                         padding_side: Literal["left", "right"] = "right") -> list[CompletionLogprob]:
-    """For each (prompt, completion) pair of token ids, the sum of log p(completion token | everything before it)
-    and the number of completion tokens, in input order. `model` is a transformers causal LM; the forward runs on
+    """For each (prompt, completion) pair of token ids, the sum of log p(completion token | everything before it),
+    the number of completion tokens and each token's log-prob, in input order. `model` is a transformers causal LM; the forward runs on
     its device and in its dtype, without gradients. Pairs are batched `batch_size` at a time, longest first so
     a batch pads little. Where the padding goes does not change the result: positions follow the attention mask
     (`padding_side="left"` is the layout `generate` uses)."""
@@ -59,10 +67,12 @@ def completion_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_i
     order = sorted(range(len(prompt_ids)), key=lambda i: -(len(prompt_ids[i]) + len(completion_ids[i])))
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        sums = _batch_logprobs(model, [list(prompt_ids[i]) for i in rows], [list(completion_ids[i]) for i in rows],
-                               positions_per_chunk, padding_side)
-        for i, total in zip(rows, sums):
-            results[i] = CompletionLogprob(logprob=total, tokens=len(completion_ids[i]))
+        per_row = _batch_logprobs(model, [list(prompt_ids[i]) for i in rows],
+                                  [list(completion_ids[i]) for i in rows], positions_per_chunk, padding_side)
+        for i, values in zip(rows, per_row):
+            # summed in float64 so that the total does not depend on how the batch was cut
+            results[i] = CompletionLogprob(logprob=float(sum(values)) if values else 0.0,
+                                           tokens=len(completion_ids[i]), token_logprobs=tuple(values))
     return results  # type: ignore[return-value]
 
 
@@ -79,7 +89,7 @@ def _check_plain_head(model) -> None:
 
 @torch.inference_mode()
 def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]], positions_per_chunk: int,
-                    padding_side: str) -> list[float]:
+                    padding_side: str) -> list[list[float]]:
     device = next(model.parameters()).device
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     width = max(lengths)
@@ -96,7 +106,7 @@ def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]
         columns += range(first - 1, first - 1 + len(completion))
         targets += completion
     if not targets:
-        return [0.0] * len(prompts)
+        return [[] for _ in prompts]
     # Positions count real tokens only, so a left-padded row sees the same positions as the row alone.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     hidden = model.base_model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
@@ -109,6 +119,9 @@ def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]
         piece = slice(start, start + positions_per_chunk)
         logits = head(hidden[rows_t[piece], columns_t[piece]]).float()
         token_logprobs.append(torch.log_softmax(logits, dim=-1).gather(-1, targets_t[piece, None]).squeeze(-1))
-    per_token = torch.cat(token_logprobs).double().cpu()
-    sums = torch.zeros(len(prompts), dtype=torch.float64).index_add_(0, torch.tensor(rows), per_token)
-    return sums.tolist()
+    per_token = torch.cat(token_logprobs).double().cpu().tolist()
+    out, start = [], 0
+    for completion in completions:  # the targets run row by row, each row's completion in order
+        out.append(per_token[start:start + len(completion)])
+        start += len(completion)
+    return out
