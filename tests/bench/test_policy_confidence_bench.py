@@ -37,19 +37,28 @@ def samples(tmp_path):
     return path
 
 
-def naive_logprob(model, prompt_ids, completion_ids):
+def naive_token_logprobs(model, prompt_ids, completion_ids):
     ids = torch.tensor([prompt_ids + completion_ids])
     with torch.no_grad():
         logits = model(ids).logits[0].float().log_softmax(-1)
-    return sum(logits[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(completion_ids))
+    return [logits[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(completion_ids)]
+
+
+def naive_logprob(model, prompt_ids, completion_ids):
+    return sum(naive_token_logprobs(model, prompt_ids, completion_ids))
+
+
+def scored_first_problem(folder):
+    """The tiny policy, its tokenizer, the confidences of PROBLEMS and the first problem's prompt ids."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prompt = tokenizer(chat_prompt(tokenizer, PROBLEMS[0]["prompt"], "", DEFAULT_SYSTEM_PROMPT),
+                       add_special_tokens=False)["input_ids"]
+    return model, tokenizer, confidence.confidences(model, tokenizer, PROBLEMS), prompt
 
 
 def test_each_confidence_is_the_policys_log_prob_of_the_samples_own_text(tiny_llama):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
-    scores = confidence.confidences(model, tokenizer, PROBLEMS)
-    prompt = tokenizer(chat_prompt(tokenizer, PROBLEMS[0]["prompt"], "", DEFAULT_SYSTEM_PROMPT),
-                       add_special_tokens=False)["input_ids"]
+    model, tokenizer, scores, prompt = scored_first_problem(tiny_llama)
     text = "3 + 4 = 8\n\nThe answer is \\boxed{8}."
     whole = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert scores[0][1]["sum"] == pytest.approx(naive_logprob(model, prompt, whole), abs=1e-4)
@@ -61,19 +70,8 @@ def test_each_confidence_is_the_policys_log_prob_of_the_samples_own_text(tiny_ll
     assert scores[1][1]["answer"] is None and scores[1][1]["mean"] is not None  # no boxed answer to read
 
 
-def naive_token_logprobs(model, prompt_ids, completion_ids):
-    ids = torch.tensor([prompt_ids + completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0].float().log_softmax(-1)
-    return [logits[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(completion_ids)]
-
-
 def test_the_lowest_token_and_the_lowest_step_read_each_tokens_log_prob(tiny_llama):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
-    scores = confidence.confidences(model, tokenizer, PROBLEMS)
-    prompt = tokenizer(chat_prompt(tokenizer, PROBLEMS[0]["prompt"], "", DEFAULT_SYSTEM_PROMPT),
-                       add_special_tokens=False)["input_ids"]
+    model, tokenizer, scores, prompt = scored_first_problem(tiny_llama)
     steps = ["3 + 4 = 8", "The answer is \\boxed{8}."]
     text = "\n\n".join(steps)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
