@@ -68,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "confidence.json"))
     args = parser.parse_args(argv)
     if (args.split == "held_out") != (args.confidence is not None):
-        parser.error("--confidence goes with --split held_out, and only there: validation compares all three, "
+        parser.error("--confidence goes with --split held_out, and only there: validation compares --confidences, "
                      "held-out problems read the one validation chose")
     args.confidences = tuple(args.confidences.split(","))
     unknown = [name for name in args.confidences if name not in CONFIDENCES]
@@ -81,14 +81,13 @@ def solution_text(sample: dict) -> str:
     return DELIMITER.join(sample["steps"])
 
 
-def step_of_each_token(tokenizer, steps: list[str], ids_text: str) -> list[int]:
-    """For each token of `ids_text` (the steps joined at DELIMITER), the step it belongs to: the step its first
-    character lies in, the delimiter going with the step it closes."""
+def step_of_each_token(steps: list[str], offsets: list[tuple[int, int]]) -> list[int]:
+    """For each token of the steps joined at DELIMITER (`offsets`: its characters in that text), the step it belongs
+    to: the step its first character lies in, the delimiter going with the step it closes."""
     starts, at = [], 0
     for step in steps:
         starts.append(at)
         at += len(step) + len(DELIMITER)
-    offsets = tokenizer(ids_text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     return [max(0, bisect.bisect_right(starts, begin) - 1) for begin, _ in offsets]
 
 
@@ -109,9 +108,10 @@ def confidences(model, tokenizer, problems: list[dict]) -> list[list[dict[str, f
         for s, sample in enumerate(problem["samples"]):
             text = solution_text(sample)
             prompts.append(prompt)
-            completions.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+            encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            completions.append(encoded["input_ids"])
             owners.append((p, s, "whole"))
-            step_owners[p, s] = step_of_each_token(tokenizer, sample["steps"], text)
+            step_owners[p, s] = step_of_each_token(sample["steps"], encoded["offset_mapping"])
             cut = text.rfind(ANSWER_OPENS)
             if cut != -1 and sample["answer"] is not None:
                 head = tokenizer(text[:cut + len(ANSWER_OPENS)], add_special_tokens=False)["input_ids"]

@@ -47,10 +47,10 @@ def completion_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_i
                         batch_size: int = 8, positions_per_chunk: int = 1024,
                         padding_side: Literal["left", "right"] = "right") -> list[CompletionLogprob]:
     """For each (prompt, completion) pair of token ids, the sum of log p(completion token | everything before it),
-    the number of completion tokens and each token's log-prob, in input order. `model` is a transformers causal LM; the forward runs on
-    its device and in its dtype, without gradients. Pairs are batched `batch_size` at a time, longest first so
-    a batch pads little. Where the padding goes does not change the result: positions follow the attention mask
-    (`padding_side="left"` is the layout `generate` uses)."""
+    the number of completion tokens and each token's log-prob, in input order. `model` is a transformers causal
+    LM; the forward runs on its device and in its dtype, without gradients. Pairs are batched `batch_size` at a
+    time, longest first so a batch pads little. Where the padding goes does not change the result: positions follow
+    the attention mask (`padding_side="left"` is the layout `generate` uses)."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions; give one completion "
                          "per prompt")
@@ -70,9 +70,8 @@ def completion_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_i
         per_row = _batch_logprobs(model, [list(prompt_ids[i]) for i in rows],
                                   [list(completion_ids[i]) for i in rows], positions_per_chunk, padding_side)
         for i, values in zip(rows, per_row):
-            # summed in float64 so that the total does not depend on how the batch was cut
-            results[i] = CompletionLogprob(logprob=float(sum(values)) if values else 0.0,
-                                           tokens=len(completion_ids[i]), token_logprobs=tuple(values))
+            results[i] = CompletionLogprob(logprob=float(sum(values)), tokens=len(completion_ids[i]),
+                                           token_logprobs=tuple(values))
     return results  # type: ignore[return-value]
 
 
@@ -119,9 +118,6 @@ def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]
         piece = slice(start, start + positions_per_chunk)
         logits = head(hidden[rows_t[piece], columns_t[piece]]).float()
         token_logprobs.append(torch.log_softmax(logits, dim=-1).gather(-1, targets_t[piece, None]).squeeze(-1))
-    per_token = torch.cat(token_logprobs).double().cpu().tolist()
-    out, start = [], 0
-    for completion in completions:  # the targets run row by row, each row's completion in order
-        out.append(per_token[start:start + len(completion)])
-        start += len(completion)
-    return out
+    # the targets run row by row, each row's completion in order
+    per_token = torch.cat(token_logprobs).double().cpu()
+    return [row.tolist() for row in per_token.split([len(c) for c in completions])]
