@@ -69,6 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-pass-rate", type=float, default=1.0,
                         help="... and below this (default: %(default)s: problems with both outcomes)")
     parser.add_argument("--pairs", type=int, default=1, help="minimal pairs per right solution (0: none)")
+    parser.add_argument("--all-right-problems", action="store_true",
+                        help="also keep the problems whose every sample was right: their distinct solutions and "
+                             "minimal pairs are right-wrong pairs of one problem that cost no more sampling")
     parser.add_argument("--temperature", type=float, default=GenerationOptions().temperature)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
@@ -174,15 +177,16 @@ def sample_problems(args: argparse.Namespace, policy: str, problems: list[dict],
 
 
 def training_rows(rows: list[dict], min_rate: float, max_rate: float, pairs: int, seed: int,
-                  keep_all: bool = False) -> tuple[list, dict]:
-    """The PRM training records of the sampled problems whose pass rate lies strictly between the bounds: each
-    distinct sampled solution with its exact labels, and `pairs` minimal pairs of each right one; and counts.
+                  keep_all: bool = False, all_right: bool = False) -> tuple[list, dict]:
+    """The PRM training records of the sampled problems whose pass rate lies strictly between the bounds (with
+    `all_right`, also those whose every sample was right): each distinct sampled solution with its exact labels,
+    and `pairs` minimal pairs of each right one; and counts.
     keep_all: every problem and every sample (repeats included, as best-of-N draws them), for evaluation; a
     sample with no step cannot be scored and is left out in both cases (counted as `samples_without_steps`)."""
     records, kept = [], 0
     for row in rows:
         rate = sum(s["correct"] for s in row["samples"]) / len(row["samples"])
-        if not keep_all and not min_rate < rate < max_rate:
+        if not keep_all and not min_rate < rate < max_rate and not (all_right and rate == 1):
             continue
         kept += 1
         seen = set()
@@ -246,7 +250,7 @@ def main(argv=None) -> dict:
     wanted = {p["id"] for p in problems}
     rows = [r for r in read_jsonl(output.path) if r["id"] in wanted]
     records, counts = training_rows(rows, args.min_pass_rate, args.max_pass_rate, 0 if evaluation else args.pairs,
-                                    args.seed, keep_all=evaluation)
+                                    args.seed, keep_all=evaluation, all_right=args.all_right_problems)
     data_file = work / ("prm-eval.jsonl" if evaluation else "prm-train.jsonl")
     write_jsonl(records, data_file)
     rates = [sum(s["correct"] for s in r["samples"]) / args.k for r in rows]

@@ -40,6 +40,19 @@ def test_problems_with_both_outcomes_are_kept_with_their_distinct_solutions_and_
     assert onpolicy.training_rows(rows, 0.6, 1.0, pairs=1, seed=0)[1]["rows"] == 0
 
 
+def test_all_right_problems_add_their_solutions_and_minimal_pairs_but_never_all_wrong_ones():
+    rows = [row(0, [sample(RIGHT, True, [1, 1]), sample(WRONG, False, [0, 0])]),
+            row(1, [sample(RIGHT, True, [1, 1])] * 4, prompt="all right"),
+            row(2, [sample(WRONG, False, [0, 0])] * 4, prompt="all wrong")]
+    records, counts = onpolicy.training_rows(rows, 0.0, 1.0, pairs=2, seed=0, all_right=True)
+    assert counts["problems_kept"] == 2 and "all wrong" not in {r["prompt"] for r in records}
+    one_sided = [r for r in records if r["prompt"] == "all right"]
+    # one distinct right solution (four repeats), and its pairs: wrong rows of the same problem to rank it against
+    assert [r["source"] for r in one_sided][0] == "policy" and len(one_sided) >= 2
+    assert all(r["source"] == "minimal-pair" and not r["correct"] for r in one_sided[1:])
+    assert onpolicy.training_rows(rows, 0.0, 1.0, pairs=2, seed=0)[1]["problems_kept"] == 1
+
+
 def test_an_evaluation_file_keeps_every_problem_and_every_sample_as_drawn():
     rows = [row(0, [sample(RIGHT, True, [1, 1]), sample(RIGHT, True, [1, 1]), sample(WRONG, False, [0, 0])]),
             row(1, [sample(RIGHT, True, [1, 1])] * 2, prompt="all right")]
