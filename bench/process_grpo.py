@@ -137,7 +137,8 @@ def snapshots(folder: Path, steps: set[int]):
 def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: list[dict],
           snapshot_steps: set[int] = frozenset()) -> Path:
     """GRPO from `policy` with `condition`'s reward; the final policy folder (skipped when it exists). The policy
-    after each of `snapshot_steps` is saved beside it as step-N."""
+    after each of `snapshot_steps` is saved beside it as step-N. `args.seed` (default 0) seeds the run;
+    `args.outcome_weight` (default 0) mixes answer correctness into the `sum` and `min` rules."""
     final = work / condition / "final"
     if (final / "config.json").is_file():
         return final
@@ -149,7 +150,8 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
     from prmkit.rl import ProcessGRPOConfig, ProcessGRPOTrainer
     from prmkit.scoring.reward import PRMReward
 
-    torch.manual_seed(0)
+    seed = getattr(args, "seed", 0)
+    torch.manual_seed(seed)
     folder = work / condition
     folder.mkdir(parents=True, exist_ok=True)
     prompts = [[{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}, {"role": "user", "content": r["prompt"]}]
@@ -160,7 +162,7 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
         per_device_train_batch_size=args.group, gradient_accumulation_steps=args.prompts_per_step,
         num_generations=args.group, max_completion_length=args.max_completion_length,
         temperature=args.temperature, learning_rate=args.lr, beta=getattr(args, "beta", 0.0), logging_steps=1,
-        report_to=[], seed=0, bf16=False,
+        report_to=[], seed=seed, bf16=False,
         save_strategy="steps", save_steps=max(args.steps // 4, 1), save_total_limit=1,
         disable_tqdm=not sys.stderr.isatty())
     tokenizer = AutoTokenizer.from_pretrained(policy)
@@ -171,7 +173,8 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
     common = dict(model=model, args=None, train_dataset=dataset, processing_class=tokenizer,
                   callbacks=[log, snapshot])
     if condition in ("sum", "min"):
-        common["args"] = ProcessGRPOConfig(**settings, advantage_rule=condition, outcome_weight=0.0)
+        common["args"] = ProcessGRPOConfig(**settings, advantage_rule=condition, answer_column="gold_answer",
+                                           outcome_weight=getattr(args, "outcome_weight", 0.0))
         prm = PRMReward(prm_run, aggregate=args.aggregate, device="cpu", name="prm")
         trainer = ProcessGRPOTrainer(prm=prm, **common)
     else:

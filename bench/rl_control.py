@@ -19,6 +19,13 @@ against it (bench/process_grpo.py compares the rules at the settings chosen here
     python bench/rl_control.py --work rl-work     # run it again after a kill to continue: every stage resumes
     python bench/rl_control.py --work rl-work --validation-only   # the sweep alone; the held-out problems unread
     python bench/rl_control.py --work rl-work --lrs 1e-5 --steps 32 --snapshots 16   # judged at 16 and 32 steps
+    python bench/rl_control.py --work rl-work --lrs 1e-5 --seed 1                   # the control again, another seed
+
+The process rules run at the control's settings, on the same problems, from the same policy, with one flag changed:
+`--reward min` or `--reward sum` (a PRM's step rewards as per-token advantages, `prmkit.rl.ProcessGRPOTrainer`,
+scaled to the control's unit RMS), `--outcome-weight 0.1` to mix answer correctness in:
+
+    python bench/rl_control.py --work rl-work --lrs 1e-5 --reward min --prm runs/prm --out rl_min.json
 
 Writes bench/results/rl_control.json and bench/results/rl_control.png (per-step reward, training accuracy, share of
 groups with no reward spread, KL and completion length of each run).
@@ -62,6 +69,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--validation", type=int, default=150, help="problems the learning rate is chosen on")
     parser.add_argument("--held-out", type=int, default=200, help="bench/loop.py's held-out problems, read once")
     parser.add_argument("--lrs", default="1e-6,3e-6,1e-5")
+    parser.add_argument("--reward", choices=("outcome", "sum", "min"), default="outcome",
+                        help="outcome: the answer's correctness (the control); sum, min: the PRM's step rewards")
+    parser.add_argument("--prm", default=None, help="the PRM run folder the sum and min rewards score with")
+    parser.add_argument("--outcome-weight", type=float, default=0.0,
+                        help="with sum or min: this weight times the group-normalised correctness is added")
+    parser.add_argument("--seed", type=int, default=0, help="the GRPO run's seed (sampling and initial order)")
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient against the starting policy")
     parser.add_argument("--steps", type=int, default=16, help="optimizer steps per run")
     parser.add_argument("--snapshots", default="", help="earlier steps at which each run is judged on validation "
@@ -74,6 +87,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="stop after the validation runs: the held-out problems stay unread for a later call")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "rl_control.json"))
     args = parser.parse_args(argv)
+    if args.reward == "outcome" and (args.prm or args.outcome_weight):
+        parser.error("--prm and --outcome-weight go with --reward sum or min; the outcome reward is correctness alone")
+    if args.reward != "outcome" and not (args.prm and Path(args.prm).is_dir()):
+        parser.error(f"--reward {args.reward} scores with a PRM: give --prm, a run folder of prmkit train "
+                     f"(got {args.prm!r})")
+    if args.outcome_weight < 0:
+        parser.error(f"--outcome-weight {args.outcome_weight}: give 0 or more")
     args.band = parse_band(args.band)
     args.lrs = [float(x) for x in args.lrs.split(",")]
     args.snapshots = sorted({int(x) for x in args.snapshots.split(",") if x.strip()})
@@ -137,30 +157,49 @@ def greedy_correct(policy: str, problems: list[dict], path: Path, max_new_tokens
     return [int(r["correct"]) for r in rows]
 
 
+def run_name(args, lr: float) -> str:
+    """A run's folder and file stem: the learning rate, then whatever differs from the control's seed 0."""
+    name = f"lr-{lr:g}"
+    if args.reward != "outcome":
+        name += f"-{args.reward}" + (f"-outcome-{args.outcome_weight:g}" if args.outcome_weight else "")
+    return name + (f"-seed-{args.seed}" if args.seed else "")
+
+
 def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> dict[int, Path]:
-    """bench/process_grpo.py's `outcome` run at this learning rate; the policy folder after each judged step."""
+    """bench/process_grpo.py's run of `args.reward` at this learning rate; the policy folder after each judged
+    step."""
     from process_grpo import train
 
     settings = argparse.Namespace(steps=args.steps, prompts_per_step=args.prompts_per_step, group=args.group,
-                                  lr=lr, beta=args.beta, temperature=args.temperature,
-                                  max_completion_length=args.max_completion_length, aggregate="min")
-    final = train("outcome", settings, work / f"lr-{lr:g}", policy, Path("-"), rows, set(args.snapshots))
+                                  lr=lr, beta=args.beta, temperature=args.temperature, seed=args.seed,
+                                  max_completion_length=args.max_completion_length, aggregate="min",
+                                  outcome_weight=args.outcome_weight)
+    prm = Path(args.prm) if args.prm else Path("-")
+    final = train(args.reward, settings, work / run_name(args, lr), policy, prm, rows, set(args.snapshots))
     return {**{step: final.parent / f"step-{step}" for step in args.snapshots}, args.steps: final}
 
 
 def trainer_log(run: Path) -> list[dict]:
-    """TRL's own per-step log of a run (reward, KL, the share of groups with no reward spread, lengths)."""
+    """TRL's own per-step log of a run (reward, KL, the share of groups with no reward spread, lengths), with the
+    training samples' answer accuracy and steps per completion from bench/process_grpo.py's step log: a PRM-rewarded
+    run is watched for what it does to correctness, which it does not train on."""
     states = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     if not states:
         return []
-    return [e for e in json.loads(states[-1].read_text())["log_history"] if "reward" in e]
+    answers = {}  # a resumed run appends its steps again: the last line of a step is the one kept
+    if (run / "steps.jsonl").is_file():
+        answers = {row["step"]: {key: row[key] for key in ("answer_accuracy", "steps_per_completion")}
+                   for row in read_jsonl(run / "steps.jsonl")}
+    return [{**e, **answers.get(e["step"], {})} for e in json.loads(states[-1].read_text())["log_history"]
+            if "reward" in e]
 
 
 def drift(steps: list[dict], window: int = 4) -> dict:
     """The first and last `window` steps of a run, averaged, for each logged quantity: what moved while it trained
     (per step the values swing with the prompts drawn)."""
     out = {}
-    for key in ("reward", "frac_reward_zero_std", "kl", "completions/mean_length", "entropy"):
+    for key in ("reward", "answer_accuracy", "frac_reward_zero_std", "kl", "completions/mean_length", "entropy",
+                "steps_per_completion"):
         values = [e[key] for e in steps if key in e]
         if values:
             out[key] = {"first": round(sum(values[:window]) / len(values[:window]), 4),
@@ -174,7 +213,9 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [("reward", "reward (answer right)"), ("frac_reward_zero_std", "groups with no reward spread"),
+    reward = "reward (answer right)" if result["settings"]["reward"] == "outcome" else "reward (PRM)"
+    keys = [("reward", reward), ("answer_accuracy", "answer right (training samples)"),
+            ("frac_reward_zero_std", "groups with no reward spread"),
             ("kl", "KL to the starting policy"), ("completions/mean_length", "completion tokens")]
     figure, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
     for axis, (key, title) in zip(axes, keys):
@@ -186,7 +227,10 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
         axis.set_xlabel("optimizer step")
     axes[0].legend(fontsize=8)
     chosen = f"lr {result['chosen_lr']}, {result['chosen_steps']} steps" if "chosen_lr" in result else ""
-    figure.suptitle("GRPO with the correctness reward, per learning rate"
+    reward = {"outcome": "the correctness reward", "sum": "the PRM's step rewards (sum)",
+              "min": "the PRM's step rewards (min)"}[result["settings"]["reward"]]
+    weight = result["settings"]["outcome_weight"]
+    figure.suptitle(f"GRPO with {reward}" + (f" + {weight:g} x correctness" if weight else "") + ", per learning rate"
                     + (f" (chosen on validation: {chosen})" if chosen else ""), fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -213,15 +257,17 @@ def main(argv=None) -> dict:
     for lr in args.lrs:
         policies[lr] = grpo(args, lr, policy, kept, work)
         logs[f"lr {lr:g}"] = trainer_log(policies[lr][args.steps].parent)
+        name = run_name(args, lr)
         judged = {}
         for step, folder in policies[lr].items():
             after = greedy_correct(str(folder), problems["validation"],
-                                   work / f"validation-lr-{lr:g}-step-{step}.jsonl", args.max_completion_length)
+                                   work / f"validation-{name}-step-{step}.jsonl", args.max_completion_length)
             accuracy[lr, step] = sum(after) / len(after)
             judged[step] = {"after": analysis.bootstrap_accuracy(after),
                             "after - before": analysis.paired_bootstrap(after, base_validation)}
-        steps = [{k: e[k] for k in ("step", "reward", "frac_reward_zero_std", "kl", "completions/mean_length",
-                                    "entropy") if k in e} for e in logs[f"lr {lr:g}"]]
+        steps = [{k: e[k] for k in ("step", "reward", "answer_accuracy", "frac_reward_zero_std", "kl",
+                                    "completions/mean_length", "entropy", "steps_per_completion") if k in e}
+                 for e in logs[f"lr {lr:g}"]]
         result["validation"]["runs"][f"{lr:g}"] = {
             **judged[args.steps], "snapshots": {str(step): judged[step] for step in args.snapshots},
             "drift": drift(steps), "steps": steps}
@@ -246,7 +292,8 @@ def main(argv=None) -> dict:
     before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",
                             args.max_completion_length)
     after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"],
-                           work / f"held-out-lr-{chosen:g}-step-{chosen_step}.jsonl", args.max_completion_length)
+                           work / f"held-out-{run_name(args, chosen)}-step-{chosen_step}.jsonl",
+                           args.max_completion_length)
     result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
                           "after - before": analysis.paired_bootstrap(after, before)}
     result["seconds_this_call"] = round(time.perf_counter() - started, 1)

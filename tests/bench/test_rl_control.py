@@ -77,3 +77,27 @@ def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(c
 def test_a_snapshot_must_come_before_the_last_step():
     with pytest.raises(SystemExit):
         rl_control.parse_args(["--steps", "4", "--snapshots", "4"])
+
+
+def test_a_process_rule_runs_at_the_control_settings_in_a_run_of_its_own(chat_policy, tiny_run, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "rl_min.json"
+    result = tiny_control(chat_policy, work, out, "--validation-only", "--reward", "min", "--prm", str(tiny_run),
+                          "--outcome-weight", "0.1", "--seed", "1")
+    assert result["settings"]["reward"] == "min" and result["held_out"].startswith("not read")
+    # its own folder and files: the control's (lr-1e-06, seed 0) in the same work folder are not taken for it
+    assert (work / "lr-1e-06-min-outcome-0.1-seed-1" / "min" / "final" / "config.json").is_file()
+    assert [p.name for p in work.glob("validation-lr-*")] == ["validation-lr-1e-06-min-outcome-0.1-seed-1-step-2.jsonl"]
+    steps = result["validation"]["runs"]["1e-06"]["steps"]
+    # the training samples' correctness is watched, though this reward does not train on it alone
+    assert len(steps) == 2 and all(0 <= s["answer_accuracy"] <= 1 and s["steps_per_completion"] > 0 for s in steps)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--reward", "min"], "scores with a PRM"),
+    (["--prm", "runs/prm"], "go with --reward sum or min"),
+    (["--outcome-weight", "0.1"], "go with --reward sum or min"),
+])
+def test_a_reward_and_its_prm_go_together(flags, message, capsys):
+    with pytest.raises(SystemExit):
+        rl_control.parse_args(flags)
+    assert message in capsys.readouterr().err
