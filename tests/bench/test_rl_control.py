@@ -84,7 +84,7 @@ def test_a_process_rule_runs_at_the_control_settings_in_a_run_of_its_own(chat_po
     result = tiny_control(chat_policy, work, out, "--validation-only", "--reward", "min", "--prm", str(tiny_run),
                           "--outcome-weight", "0.1", "--seed", "1")
     assert result["settings"]["reward"] == "min" and result["held_out"].startswith("not read")
-    # its own folder and files: the control's (lr-1e-06, seed 0) in the same work folder are not taken for it
+    # its own folder and files, named apart from the control's (lr-1e-06, seed 0), so neither is taken for the other
     assert (work / "lr-1e-06-min-outcome-0.1-seed-1" / "min" / "final" / "config.json").is_file()
     assert [p.name for p in work.glob("validation-lr-*")] == ["validation-lr-1e-06-min-outcome-0.1-seed-1-step-2.jsonl"]
     steps = result["validation"]["runs"]["1e-06"]["steps"]

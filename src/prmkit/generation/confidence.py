@@ -118,6 +118,7 @@ def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]
         piece = slice(start, start + positions_per_chunk)
         logits = head(hidden[rows_t[piece], columns_t[piece]]).float()
         token_logprobs.append(torch.log_softmax(logits, dim=-1).gather(-1, targets_t[piece, None]).squeeze(-1))
-    # the targets run row by row, each row's completion in order
+    # the targets run row by row, each row's completion in order; float64, so that a row's sum does not depend on
+    # how the batch was cut
     per_token = torch.cat(token_logprobs).double().cpu()
     return [row.tolist() for row in per_token.split([len(c) for c in completions])]
