@@ -71,6 +71,10 @@ def register(commands) -> None:
         for name, setting in settings.items():
             selection.add_argument(f"--{name.replace('_', '-')}", type=type(setting.default), default=None,
                                    help=f"{rule}: {setting.help} [{setting.default}]")
+    selection.add_argument("--confidence-weight", type=float, default=None,
+                           help="every rule but majority: each PRM score x the policy's per-token probability of "
+                                "that sample ** this weight; 0 is the PRM alone, inf the policy alone (needs a bce "
+                                f"PRM and the policy's log-probs) [{SEARCH.confidence_weight}]")
     selection.add_argument("--select-settings", metavar="FILE",
                            help="settings chosen by `prmkit search-tune` (a flag above may not set them again)")
     search.add_argument("--problem-field", default=SEARCH.problem_field,
@@ -141,6 +145,9 @@ def cmd_search(args) -> int:
 
     options = search_options(args)
     generation = generation_options(args)
+    if options.confidence_weight and not generation.logprobs:
+        raise PRMError(f"--confidence-weight {options.confidence_weight} blends in the policy's log-probs, which "
+                       "--no-logprobs turns off; drop one of them")
     read_problems(args.data, options)  # bad rows are reported before the models load, not after
     if Path(args.out).suffix.lower() not in (".jsonl", ".ndjson"):
         raise PRMError(f"{args.out}: the output is JSON lines, one row per problem; give a .jsonl path")
@@ -221,4 +228,12 @@ def tune_table(tuned: dict):
         if held:
             cells += [display.format_value(held["rules"][rule][which]["accuracy"]) for which in ("chosen", "default")]
         table.add_row(*cells)
+    weight = tuned.get("confidence_weight", {})
+    if weight.get("grid"):
+        auroc = next(p["auroc"] for p in weight["grid"] if p["confidence_weight"] == weight["chosen"])
+        table.caption = (f"every rule but majority at confidence weight {weight['chosen']:g} (within-problem AUROC "
+                         f"{display.format_value(auroc)}; 0 is the PRM alone, inf the policy's confidence alone)")
+    elif weight.get("note"):
+        table.caption = weight["note"]
+    table.caption_justify = "left"
     return table

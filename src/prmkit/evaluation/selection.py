@@ -32,6 +32,12 @@ The rules:
   nor the order problems are read in.
 
 A rule whose vote finds no answer at all falls back to best-of-n (majority: to the first candidate, as ever).
+
+Every rule can also read the policy's own confidence: `blend_confidence` turns each candidate's score into
+score x p ** confidence_weight, p the candidate's per-token probability under the policy (exp of its mean
+log-prob), before the rule sees it. Weight 0 is the PRM alone and inf the policy's confidence alone; between them
+the policy's certainty breaks what the PRM cannot tell apart, and the PRM overrides the policy where it is sure.
+`prmkit search-tune` chooses the weight on a validation split (CONFIDENCE_WEIGHTS).
 """
 
 from __future__ import annotations
@@ -128,6 +134,43 @@ def majority_of_bests(scores: Scores, answers: Answers, truncated: Cut, *, mob_r
     if not winners or not any(picked[i] for i in winners[0]):
         return best_of_n(scores, answers, truncated)
     return min((i for i in winners[0] if picked[i]), key=place.__getitem__)
+
+
+# What `prmkit search-tune` tries: log(score) moves by weight x the mean log-prob, and a policy's mean log-prob per
+# token differs between its samples by about 0.001-0.1, so the grid spans weights at which the policy's share runs
+# from a tie-breaker to the whole score.
+CONFIDENCE_WEIGHTS = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, math.inf)
+SMALLEST_SCORE = 1e-12  # a score of 0 has no log: it stays below every positive score, and p still orders ties
+
+
+def blend_confidence(scores: Scores, mean_logprobs: Sequence[float | None], confidence_weight: float) -> list:
+    """Each score times exp(mean log-prob) ** confidence_weight (in log space, so it neither under- nor overflows);
+    at weight inf, exp(mean log-prob) alone. The scores must be probabilities (a bce PRM's). A candidate without a
+    score stays unscored; every scored one needs its mean log-prob wherever the weight is not 0 (a ValueError says
+    what is missing)."""
+    if not confidence_weight >= 0:
+        raise ValueError(f"confidence_weight={confidence_weight}; use 0 (the PRM alone), a positive number, or inf "
+                         "(the policy's confidence alone)")
+    if confidence_weight == 0:
+        return list(scores)
+    if len(mean_logprobs) != len(scores):
+        raise ValueError(f"{len(scores)} scores and {len(mean_logprobs)} mean log-probs: give one of each")
+    out = []
+    for score, mean in zip(scores, mean_logprobs):
+        if not _usable(score):
+            out.append(score)
+        elif not _usable(mean):
+            raise ValueError("confidence_weight needs the policy's mean log-prob of every scored candidate "
+                             "(`mean_logprob`, written by `prmkit search` unless --no-logprobs); set it to 0 to "
+                             "choose by the PRM alone")
+        elif not 0 <= score <= 1:
+            raise ValueError(f"a chain score of {score} is not a probability: confidence_weight multiplies "
+                             "probabilities (a bce PRM's scores); set it to 0 for this PRM")
+        elif math.isinf(confidence_weight):
+            out.append(math.exp(mean))
+        else:
+            out.append(math.exp(math.log(max(score, SMALLEST_SCORE)) + confidence_weight * mean))
+    return out
 
 
 def problem_seed(seed: int, key) -> int:

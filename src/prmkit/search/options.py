@@ -23,7 +23,7 @@ POLICY_GPU_MEMORY_UTILIZATION = 0.5
 SAMPLING = tuple(RULES)  # the methods that choose among whole samples
 TREE_METHODS = ("beam", "dvts")
 METHODS = ("greedy", *SAMPLING, *TREE_METHODS)
-SELECTION_FIELDS = tuple(name for settings in SETTINGS.values() for name in settings)
+SELECTION_FIELDS = (*(name for settings in SETTINGS.values() for name in settings), "confidence_weight")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ class SearchOptions:
     keep_fraction: float = SETTINGS["filtered-majority"]["keep_fraction"].default
     mob_fraction: float = SETTINGS["majority-of-bests"]["mob_fraction"].default
     mob_resamples: int = SETTINGS["majority-of-bests"]["mob_resamples"].default
+    # Every sampling rule: each score x (the policy's per-token probability of that sample) ** weight before the
+    # rule reads it (prmkit.evaluation.selection.blend_confidence); 0 is the PRM alone, inf the policy alone.
+    confidence_weight: float = 0.0
     problem_field: str | None = None  # the problem's field in DATA; None: the first of data.problems.PROBLEM_FIELDS
     gold_field: str | None = None  # the gold answer's field; None: the first of data.problems.GOLD_FIELDS
     limit: int | None = None  # search only the first N problems
@@ -93,6 +96,9 @@ class SearchOptions:
         for name in ("keep_fraction", "mob_fraction"):
             if not 0 < getattr(self, name) <= 1:
                 problems.append(f"{name}={getattr(self, name)}; use a share of the samples in (0, 1], e.g. 0.5")
+        if not self.confidence_weight >= 0:
+            problems.append(f"confidence_weight={self.confidence_weight}; use 0 (the PRM alone), a positive number "
+                            "or inf (the policy's confidence alone)")
         if self.mob_resamples < 1:
             problems.append(f"mob_resamples={self.mob_resamples}; use 1 or more bootstrap resamples, e.g. 200")
         if problems:
@@ -113,15 +119,19 @@ class SearchOptions:
             values.pop("budget_methods")
         # A budgets row holds every sample, whatever the selection settings (the report applies them), and a method
         # row depends only on its own rule's settings.
-        used = () if self.budgets else SETTINGS.get(self.method, {})
+        used = () if self.budgets else self.selection(self.method)
         for key in SELECTION_FIELDS:
             if key not in used:
                 values.pop(key)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
     def selection(self, rule: str) -> dict:
-        """The settings of one selection rule, as `prmkit.evaluation.selection.select` takes them."""
-        return {name: getattr(self, name) for name in SETTINGS.get(rule, {})}
+        """The settings of one selection rule, as `prmkit.search.select.choose_index` takes them: the rule's own,
+        and the confidence weight where it is not 0 (a file written without it continues as before)."""
+        settings = {name: getattr(self, name) for name in SETTINGS.get(rule, {})}
+        if self.confidence_weight and rule in SAMPLING and rule != "majority":  # majority reads no score
+            settings["confidence_weight"] = self.confidence_weight
+        return settings
 
     def tree_budgets(self) -> tuple[int, ...]:
         """The budgets at which beam and dvts run: multiples of beam_width (n / beam_width beams must be whole)."""

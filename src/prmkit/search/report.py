@@ -15,7 +15,8 @@ ORACLE = "any sample right"  # pass@N: the best any chooser could do with these 
 
 def _solution(entry: dict) -> Solution:
     return Solution(text=entry["solution"], steps=entry["steps"], step_scores=entry["step_scores"],
-                    score=entry["score"], finish_reason=entry["finish_reason"], tokens=entry["tokens"])
+                    score=entry["score"], finish_reason=entry["finish_reason"], tokens=entry["tokens"],
+                    logprob=entry.get("logprob"))
 
 
 def _cell(outcomes: list[tuple[bool | None, int]]) -> dict:

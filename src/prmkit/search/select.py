@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from prmkit.answers import extract_answer, sample_answer
-from prmkit.evaluation.selection import problem_seed, select
+from prmkit.errors import PRMError
+from prmkit.evaluation.selection import blend_confidence, problem_seed, select
 from prmkit.scoring.aggregate import aggregate, is_truncated, rank_order
 from prmkit.scoring.inputs import split_steps
 
@@ -53,13 +54,17 @@ class Solution:
                 "score": self.score, "truncated": self.truncated, "answer": self.answer,
                 "finish_reason": self.finish_reason, "tokens": self.tokens, **self.confidence()}
 
+    @property
+    def mean_logprob(self) -> float | None:
+        """The policy's log-prob per generated token; None where the backend gave none or nothing was generated."""
+        return self.logprob / self.tokens if self.logprob is not None and self.tokens else None
+
     def confidence(self) -> dict:
         """The policy's own confidence, where known: `logprob` and `mean_logprob` (per generated token), what
-        `prmkit eval` compares the PRM's choice with."""
+        `prmkit eval` compares the PRM's choice with and `confidence_weight` blends into it."""
         if self.logprob is None:
             return {}
-        mean = self.logprob / self.tokens if self.tokens else None
-        return {"logprob": self.logprob, "mean_logprob": mean}
+        return {"logprob": self.logprob, "mean_logprob": self.mean_logprob}
 
 
 def from_text(text: str, delimiter: str, *, finish_reason: str = "eos", tokens: int = 0,
@@ -77,13 +82,20 @@ def ranking(solutions: Sequence[Solution]) -> list[int]:
     return rank_order([s.score for s in solutions], [s.truncated for s in solutions])
 
 
-def choose_index(rule: str, solutions: Sequence[Solution], *, seed: int = 0, problem: str = "", **settings) -> int:
+def choose_index(rule: str, solutions: Sequence[Solution], *, seed: int = 0, problem: str = "",
+                 confidence_weight: float = 0.0, **settings) -> int:
     """The solution `rule` picks ("greedy" is best-of-n over its one sample), with the rule's settings; a seeded
     rule (majority-of-bests) draws from `seed` and the problem's text, so a problem's choice does not depend on
-    which batch or process chose it."""
-    return select("best-of-n" if rule == "greedy" else rule, [s.score for s in solutions],
-                  [s.answer for s in solutions], [s.truncated for s in solutions],
-                  seed=problem_seed(seed, problem), **settings)
+    which batch or process chose it. With a `confidence_weight`, the rule reads each score blended with the
+    policy's confidence in that solution (`prmkit.evaluation.selection.blend_confidence`)."""
+    scores = [s.score for s in solutions]
+    if confidence_weight and len(solutions) > 1:
+        try:
+            scores = blend_confidence(scores, [s.mean_logprob for s in solutions], confidence_weight)
+        except ValueError as error:
+            raise PRMError(f"{problem[:60]!r}: {error}") from None
+    return select("best-of-n" if rule == "greedy" else rule, scores, [s.answer for s in solutions],
+                  [s.truncated for s in solutions], seed=problem_seed(seed, problem), **settings)
 
 
 def best_of_n(solutions: Sequence[Solution]) -> int:

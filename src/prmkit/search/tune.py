@@ -1,9 +1,12 @@
 """`prmkit search-tune`: the selection rules' settings chosen on a validation split, never on held-out problems.
 
 Reads the output of a `prmkit search` over validation problems (a `--budgets` run's rows hold every sample, a
-method run's rows its candidates), with the PRM's scores and each candidate graded against the gold answer; tries
-every point of each rule's grid (prmkit.evaluation.selection.SETTINGS) at the first `n` candidates of every
-problem; keeps the point with the best validation accuracy (ties: the point listed first in the grid). The file
+method run's rows its candidates), with the PRM's scores and each candidate graded against the gold answer. Where
+every candidate carries the policy's `mean_logprob`, it first chooses the confidence weight
+(prmkit.evaluation.selection.CONFIDENCE_WEIGHTS) by within-problem AUROC, the share of one problem's right/wrong
+pairs that the blended score orders rightly (ties: the smaller weight, nearer the PRM alone); then, at that weight,
+tries every point of each rule's grid (prmkit.evaluation.selection.SETTINGS) at the first `n` candidates of every
+problem and keeps the point with the best validation accuracy (ties: the point listed first in the grid). The file
 it writes holds every grid point's accuracy and, under `settings`, the chosen values under the option names that
 `prmkit search --select-settings FILE` applies.
 
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prmkit.errors import PRMError
-from prmkit.evaluation.selection import SETTINGS, problem_seed, select
+from prmkit.evaluation.metrics import within_problem_auroc
+from prmkit.evaluation.selection import CONFIDENCE_WEIGHTS, SETTINGS, blend_confidence, problem_seed, select
 from prmkit.search.options import SAMPLING, SELECTION_FIELDS, SearchOptions
 
 FIELDS = ("score", "answer", "truncated", "correct")  # what a candidate must carry to be chosen and graded
@@ -32,6 +36,12 @@ class Candidates:
     answers: list[str | None]
     truncated: list[bool]
     correct: list[bool]
+    confidence: list[float | None] | None = None  # each candidate's `mean_logprob`; None where one has none
+
+    def blended(self, confidence_weight: float) -> list[float | None]:
+        if not confidence_weight:
+            return self.scores
+        return blend_confidence(self.scores, self.confidence or [None] * len(self.scores), confidence_weight)
 
 
 def read_candidates(path: str | Path, n: int | None = None) -> tuple[list[Candidates], int | None]:
@@ -63,10 +73,12 @@ def read_candidates(path: str | Path, n: int | None = None) -> tuple[list[Candid
                                "of `prmkit search`, which writes them")
             if row.get("gold_answer") is None or any(e["correct"] is None for e in entries):
                 continue
+            confidence = [e.get("mean_logprob") for e in entries]
             problems.append(Candidates(key=str(row.get("prompt", "")), scores=[e["score"] for e in entries],
                                     answers=[e["answer"] for e in entries],
                                     truncated=[bool(e["truncated"]) for e in entries],
-                                    correct=[bool(e["correct"]) for e in entries]))
+                                    correct=[bool(e["correct"]) for e in entries],
+                                    confidence=None if None in confidence else confidence))
     if not problems:
         raise PRMError(f"{path}: no problem with a gold answer; tuning needs validation problems with gold answers")
     return problems, (seeds.pop() if len(seeds) == 1 else None)
@@ -78,10 +90,27 @@ def grid(rule: str) -> list[dict]:
     return [dict(zip(settings, values)) for values in itertools.product(*(s.grid for s in settings.values()))]
 
 
-def accuracy(rule: str, settings: dict, problems: list[Candidates], seed: int) -> dict:
-    correct = sum(p.correct[select(rule, p.scores, p.answers, p.truncated, seed=problem_seed(seed, p.key),
-                                   **settings)] for p in problems)
+def accuracy(rule: str, settings: dict, problems: list[Candidates], seed: int, confidence_weight: float = 0.0) -> dict:
+    correct = sum(p.correct[select(rule, p.blended(confidence_weight), p.answers, p.truncated,
+                                   seed=problem_seed(seed, p.key), **settings)] for p in problems)
     return {"accuracy": correct / len(problems), "correct": correct, "graded": len(problems)}
+
+
+def tune_confidence_weight(problems: list[Candidates], path: Path) -> dict:
+    """The weight of the policy's confidence with the highest within-problem AUROC on the validation problems, and
+    every weight's; weight 0 with a note where some candidate has no `mean_logprob`."""
+    if any(p.confidence is None for p in problems):
+        return {"chosen": 0.0, "grid": [], "note": "some candidates carry no mean_logprob (a search run with "
+                "--no-logprobs, or an older file): the PRM's scores are used alone"}
+    points = []
+    for weight in CONFIDENCE_WEIGHTS:
+        try:
+            measured = within_problem_auroc([(p.blended(weight), p.correct) for p in problems])
+        except ValueError as error:
+            raise PRMError(f"{path}: {error}") from None
+        points.append({"confidence_weight": weight, "auroc": measured["auroc"], "pairs": measured["pairs"]})
+    best = max(points, key=lambda point: point["auroc"] if point["auroc"] is not None else -1.0)
+    return {"chosen": best["confidence_weight"], "criterion": "within-problem AUROC", "grid": points}
 
 
 def tune_selection(validation: str | Path, *, n: int | None = None, seed: int | None = None,
@@ -94,28 +123,36 @@ def tune_selection(validation: str | Path, *, n: int | None = None, seed: int | 
         raise PRMError(f"n={n}; give the number of candidates per problem to choose among, e.g. 8")
     problems, search_seed = read_candidates(validation, n)
     seed = seed if seed is not None else search_seed if search_seed is not None else SearchOptions().seed
-    tuned, settings = {}, {}
+    weight = tune_confidence_weight(problems, Path(validation))
+    # a file without the policy's log-probs sets no weight, so --confidence-weight may still be given beside it
+    tuned, settings = {}, {"confidence_weight": weight["chosen"]} if weight["grid"] else {}
     for rule in rules:
-        points = [{"settings": point, **accuracy(rule, point, problems, seed)} for point in grid(rule)]
+        points = [{"settings": point, **accuracy(rule, point, problems, seed, weight["chosen"])}
+                  for point in grid(rule)]
         best = max(points, key=lambda point: point["accuracy"])  # max keeps the first of equal ones
         tuned[rule] = {"chosen": best["settings"], "accuracy": best["accuracy"], "grid": points}
         settings.update(best["settings"])
     return {"validation": str(Path(validation).resolve()), "problems": len(problems),
-            "candidates": n or "all", "seed": seed, "settings": settings, "rules": tuned}
+            "candidates": n or "all", "seed": seed, "settings": settings, "confidence_weight": weight,
+            "rules": tuned}
 
 
 def held_out_accuracy(tuned: dict, held_out: str | Path) -> dict:
     """Each tuned rule's accuracy on held-out search output at the settings chosen on validation (read only now,
-    after every choice), and, beside it, at the rule's defaults."""
+    after every choice), and, beside it, at the rule's defaults with the PRM alone (confidence weight 0)."""
     if Path(held_out).resolve() == Path(tuned["validation"]).resolve():
         raise PRMError(f"{held_out} is the validation file; report on problems that tuning did not see")
     n = None if tuned["candidates"] == "all" else tuned["candidates"]
     problems, _ = read_candidates(held_out, n)
     defaults = {rule: {name: s.default for name, s in SETTINGS[rule].items()} for rule in tuned["rules"]}
-    return {"path": str(Path(held_out).resolve()), "problems": len(problems),
-            "rules": {rule: {"chosen": accuracy(rule, entry["chosen"], problems, tuned["seed"]),
-                             "default": accuracy(rule, defaults[rule], problems, tuned["seed"])}
-                      for rule, entry in tuned["rules"].items()}}
+    weight = tuned["settings"].get("confidence_weight", 0.0)
+    try:
+        return {"path": str(Path(held_out).resolve()), "problems": len(problems),
+                "rules": {rule: {"chosen": accuracy(rule, entry["chosen"], problems, tuned["seed"], weight),
+                                 "default": accuracy(rule, defaults[rule], problems, tuned["seed"])}
+                          for rule, entry in tuned["rules"].items()}}
+    except ValueError as error:
+        raise PRMError(f"{held_out}: {error}") from None
 
 
 def read_settings(path: str | Path) -> dict:
