@@ -1,7 +1,8 @@
 """Does a PRM add anything to what the policy already knows? Each validation sample's PRM chain score (the min of
-its step scores) blended with the policy's mean log-prob per token:
+its step scores) blended with the policy's per-token probability as `prmkit search --confidence-weight w` blends
+them (prmkit.evaluation.selection.blend_confidence):
 
-    blend_w = log(PRM score) + w * mean log-prob,  i.e. PRM score x (per-token probability) ** w
+    PRM score x exp(mean log-prob) ** w
 
 w = 0 is the PRM alone and w = inf the policy's confidence alone (bench/confidence.py's `mean`). A PRM that knows
 something the policy does not lifts the blend above the confidence at some finite w.
@@ -35,33 +36,19 @@ sys.path.insert(0, str(ROOT / "bench"))
 from confidence import cached_confidences, confidences  # noqa: E402
 from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
 from prmkit.evaluation.metrics import choice_accuracy, paired_bootstrap, within_problem_auroc  # noqa: E402
+from prmkit.evaluation.selection import CONFIDENCE_WEIGHTS, blend_confidence  # noqa: E402
 from prmkit.evaluation.within_problem import BEST, MAJORITY, WEIGHTED, within_problem_metrics  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
 from prmkit.scoring.aggregate import aggregate  # noqa: E402
 
-WEIGHTS = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, math.inf)
+WEIGHTS = CONFIDENCE_WEIGHTS  # the grid `prmkit search-tune` tries
 PRM, CONFIDENCE, CROSS = "prm", "confidence", "cross-validated"
 BEST_OF = 8
 BOOTSTRAP = {"iterations": 2000, "seed": 0}
-SMALLEST = 1e-12  # a PRM score of 0 has no log; it ranks below every other score either way
 
 
 def name_of(weight: float) -> str:
     return PRM if weight == 0 else CONFIDENCE if math.isinf(weight) else f"w={weight:g}"
-
-
-def blend(prm_score: float | None, mean_logprob: float | None, weight: float) -> float | None:
-    """PRM score x exp(mean log-prob) ** weight, as a probability (a weighted vote sums it like a PRM score); None
-    where a part it needs is missing."""
-    if math.isinf(weight):
-        return None if mean_logprob is None else math.exp(mean_logprob)
-    if prm_score is None or math.isnan(prm_score):
-        return None
-    if weight == 0:
-        return prm_score
-    if mean_logprob is None:
-        return None
-    return math.exp(math.log(max(prm_score, SMALLEST)) + weight * mean_logprob)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -92,12 +79,12 @@ def problem_groups(samples: list[dict], eval_rows: list[dict], prm_rows: list[di
         if not kept:
             continue
         chosen = [problem["samples"][i] for i in kept]
-        group = {"key": problem["id"], "correct": [bool(s["correct"]) for s in chosen],
-                 "answers": [s["answer"] for s in chosen],
-                 "truncated": [s["finish_reason"] == "length" for s in chosen],
-                 "scores": {name_of(w): [blend(prm_chain[problem["id"], i], per_sample[i]["mean"], w) for i in kept]
-                            for w in WEIGHTS}}
-        out.append(group)
+        prm = [prm_chain[problem["id"], i] for i in kept]
+        means = [per_sample[i]["mean"] for i in kept]
+        out.append({"key": problem["id"], "correct": [bool(s["correct"]) for s in chosen],
+                    "answers": [s["answer"] for s in chosen],
+                    "truncated": [s["finish_reason"] == "length" for s in chosen],
+                    "scores": {name_of(w): blend_confidence(prm, means, w) for w in WEIGHTS}})
     return out
 
 
@@ -167,7 +154,7 @@ def main(argv=None) -> dict:
         "command": "python bench/confidence_blend.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "policy": str(policy), "run": args.run,
         "settings": {"weights": [name_of(w) for w in WEIGHTS], "best_of": BEST_OF, **BOOTSTRAP,
-                     "blend": "log(PRM min score) + w * policy mean log-prob per token"},
+                     "blend": "PRM min score x exp(policy mean log-prob per token) ** w"},
         "problems": len(groups), "samples": sum(len(g["correct"]) for g in groups),
         "in_sample_auroc": {name: within_problem_auroc([(g["scores"][name], g["correct"]) for g in groups])
                             for name in names},

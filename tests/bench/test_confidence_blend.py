@@ -1,5 +1,5 @@
-"""bench/confidence_blend.py: the blend of a PRM's chain score with the policy's confidence, by hand; each half of
-the problems is judged with the weight the other half chose; the PRM's scores are matched to their samples by
+"""bench/confidence_blend.py (the blend itself is prmkit's, tested in tests/search/test_confidence_weight.py): each
+half of the problems is judged with the weight the other half chose; the PRM's scores are matched to their samples by
 problem and sample number, and a file scored for other rows is refused."""
 
 import math
@@ -7,20 +7,12 @@ import math
 import pytest
 
 import confidence_blend as cb
-
-
-def test_blend_is_prm_times_per_token_probability_to_the_weight():
-    assert cb.blend(0.5, -0.1, 0.0) == 0.5
-    assert cb.blend(0.5, -0.1, 10.0) == pytest.approx(0.5 * math.exp(-1.0))
-    assert cb.blend(0.5, -0.1, math.inf) == pytest.approx(math.exp(-0.1))  # the confidence alone
-    assert cb.blend(0.0, -0.1, 1.0) == pytest.approx(1e-12 * math.exp(-0.1))  # ranks below every positive score
-    assert cb.blend(None, -0.1, 1.0) is None and cb.blend(float("nan"), -0.1, 0.0) is None
-    assert cb.blend(0.5, None, 1.0) is None and cb.blend(0.5, None, 0.0) == 0.5
+from prmkit.evaluation.selection import blend_confidence
 
 
 def group(key, prm, logprob, correct):
     return {"key": key, "correct": correct, "answers": [str(c) for c in correct], "truncated": [False] * len(correct),
-            "scores": {cb.name_of(w): [cb.blend(p, m, w) for p, m in zip(prm, logprob)] for w in cb.WEIGHTS}}
+            "scores": {cb.name_of(w): blend_confidence(prm, logprob, w) for w in cb.WEIGHTS}}
 
 
 def test_each_half_is_judged_with_the_weight_the_other_half_chose():
