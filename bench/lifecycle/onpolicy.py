@@ -80,6 +80,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto",
                         help="auto: vllm where this Python has it (run the script with .venv-vllm/bin/python), "
                         "else transformers")
+    parser.add_argument("--cpu-memory-share", type=float, default=0.2,
+                        help="vLLM on CPU: share of the node's memory it reserves (its GPU default, 0.9, fails to "
+                             "start beside other jobs)")
     parser.add_argument("--project", type=int, default=1000, help="problems the results project the time of")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "onpolicy.json"))
     args = parser.parse_args(argv)
@@ -153,7 +156,8 @@ def sample_problems(args: argparse.Namespace, policy: str, problems: list[dict],
     if not todo:
         return 0
     options = GenerationOptions(backend=backend, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                seed=args.seed, generation_batch_size=args.generation_batch_size)
+                                seed=args.seed, generation_batch_size=args.generation_batch_size,
+                                gpu_memory_utilization=args.cpu_memory_share)
     generator = load_generator(policy, options)
     sampled = 0
     with AnswerChecker(workers=1) as checker:
