@@ -130,8 +130,11 @@ def judged_samples(problem: dict, samples, checker: AnswerChecker) -> list[dict]
     return out
 
 
-def done_problems(output: AppendedJsonl, identity: dict) -> set[int]:
-    """The ids already sampled; a line sampled otherwise is an error that says how to go on."""
+def done_problems(output: AppendedJsonl, identity: dict, problems: list[dict]) -> set[int]:
+    """The ids already sampled; a line sampled otherwise, or for another problem under its id, is an error that says
+    how to go on. A draw of n problems is not the first n of a larger draw, so another --problems in the same folder
+    puts other prompts under the same ids."""
+    prompts = {p["id"]: p["prompt"] for p in problems}
     done = set()
     for number, line in output.lines():
         row = json.loads(line)
@@ -141,6 +144,10 @@ def done_problems(output: AppendedJsonl, identity: dict) -> set[int]:
                                 for name in IDENTITY if theirs[name] != identity[name])
             raise ValueError(f"{output.path}: line {number} was sampled with other settings ({changed}); run with "
                              "the same settings to continue it, or give another --work folder")
+        if row["id"] in prompts and prompts[row["id"]] != row["prompt"]:
+            raise ValueError(f"{output.path}: line {number} holds another problem under id {row['id']} (sampled "
+                             "for another --problems or --split); run with the same ones to continue it, or give "
+                             "another --work folder")
         done.add(row["id"])
     return done
 
@@ -150,7 +157,7 @@ def sample_problems(args: argparse.Namespace, policy: str, problems: list[dict],
     """Sample every problem not yet in `output`, a batch at a time; returns how many were sampled now."""
     identity = {"policy": policy, "k": args.k, "temperature": args.temperature,
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed}
-    done = done_problems(output, identity)
+    done = done_problems(output, identity, problems)
     todo = [(number, batch) for number, batch in batches(problems, args.problems_per_batch)
             if any(p["id"] not in done for p in batch)]
     if not todo:

@@ -123,3 +123,6 @@ def test_sampling_killed_mid_batch_goes_on_to_the_same_samples(tiny_llama, tmp_p
     assert again[0]["seconds"] == whole[0]["seconds"]  # the line written before the kill is kept as it was
     with pytest.raises(ValueError, match="k: 2 there, 3 now"):
         run(tmp_path / "killed", "--k", "3")
+    # another draw of problems puts other prompts under the same ids: refused, not taken as done
+    with pytest.raises(ValueError, match="another problem under id 0"):
+        run(tmp_path / "killed", "--problems", "4")
