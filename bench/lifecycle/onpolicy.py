@@ -59,6 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--policy", default=None, help="policy folder or model alias (default: the cached "
                         "benchmark policy, built first if missing: bench/lifecycle/policy.py)")
     parser.add_argument("--problems", type=int, default=1000, help="training problems to sample")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="sample and keep only the first LIMIT problems of the draw of --problems (the same "
+                             "problems under the same ids: a draw of fewer --problems is another draw)")
     parser.add_argument("--split", choices=("onpolicy", *EVALUATION_SPLITS), default="onpolicy",
                         help="onpolicy: training problems (kept by pass rate, with minimal pairs); validation or "
                              "held_out: the first --problems of bench/loop.py's split of that name, every problem "
@@ -86,6 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--project", type=int, default=1000, help="problems the results project the time of")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "onpolicy.json"))
     args = parser.parse_args(argv)
+    if args.limit is not None and not 1 <= args.limit <= args.problems:
+        parser.error(f"--limit {args.limit}: give 1 to --problems ({args.problems})")
     if args.problems < 1 or args.k < 1 or args.problems_per_batch < 1 or args.pairs < 0:
         parser.error(f"--problems {args.problems}, --k {args.k}, --problems-per-batch {args.problems_per_batch}, "
                      f"--pairs {args.pairs}: use 1 or more (0 or more pairs)")
@@ -255,6 +260,7 @@ def main(argv=None) -> dict:
     evaluation = args.split != "onpolicy"
     problems = evaluation_problems(args.split, args.problems, PolicyRecipe().chains) if evaluation \
         else onpolicy_problems(args.problems, PolicyRecipe().chains)
+    problems = problems[:args.limit]
     write_jsonl(problems, work / "problems.jsonl")
     output = AppendedJsonl(work / "samples.jsonl", holds="one line per sampled problem")
     sample_problems(args, policy, problems, output, backend)

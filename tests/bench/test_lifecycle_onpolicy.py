@@ -123,6 +123,9 @@ def test_sampling_killed_mid_batch_goes_on_to_the_same_samples(tiny_llama, tmp_p
     assert again[0]["seconds"] == whole[0]["seconds"]  # the line written before the kill is kept as it was
     with pytest.raises(ValueError, match="k: 2 there, 3 now"):
         run(tmp_path / "killed", "--k", "3")
+    # --limit keeps the first problems of the same draw: nothing is sampled again, the rows are those problems'
+    assert run(tmp_path / "killed", "--limit", "2")["sampling"]["samples"] == 4
+    assert read_jsonl(tmp_path / "killed" / "problems.jsonl") == read_jsonl(tmp_path / "whole" / "problems.jsonl")[:2]
     # another draw of problems puts other prompts under the same ids: refused, not taken as done
     with pytest.raises(ValueError, match="another problem under id 0"):
         run(tmp_path / "killed", "--problems", "4")
