@@ -143,6 +143,19 @@ def cached_confidences(path: Path, policy: str, problems: list[dict], compute) -
     return scores
 
 
+def policy_confidences(policy: Path, samples_path: Path, problems: list[dict]) -> list[list[dict]]:
+    """Every sample's confidences under `policy`, cached beside the samples (confidence-scores.jsonl)."""
+    def compute():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(policy)
+        model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
+        return confidences(model, tokenizer, problems)
+
+    return cached_confidences(samples_path.with_name("confidence-scores.jsonl"), str(policy), problems, compute)
+
+
 def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
     """prmkit.evaluation.within_problem's groups: one per problem, the samples in drawing order, each confidence
     as a probability."""
@@ -163,21 +176,11 @@ def summary(metrics: dict, n: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     args = parse_args(argv)
     started = time.perf_counter()
     policy = Path(args.policy) if args.policy else build_policy(PolicyRecipe())
     problems = read_jsonl(args.samples)
-
-    def compute():
-        tokenizer = AutoTokenizer.from_pretrained(policy)
-        model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
-        return confidences(model, tokenizer, problems)
-
-    scores = cached_confidences(Path(args.samples).with_name("confidence-scores.jsonl"), str(policy), problems,
-                                compute)
+    scores = policy_confidences(policy, Path(args.samples), problems)
     data = groups(problems, scores)
     n = min(len(g["correct"]) for g in data)
     names = args.confidences if args.split == "validation" else (args.confidence,)

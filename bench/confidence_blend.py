@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from confidence import cached_confidences, confidences  # noqa: E402
+from confidence import policy_confidences  # noqa: E402
 from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
-from prmkit.evaluation.metrics import choice_accuracy, paired_bootstrap, within_problem_auroc  # noqa: E402
+from ranking import best_of_correct, per_problem_auroc  # noqa: E402
+from prmkit.evaluation.metrics import paired_bootstrap, within_problem_auroc  # noqa: E402
 from prmkit.evaluation.selection import CONFIDENCE_WEIGHTS, blend_confidence  # noqa: E402
 from prmkit.evaluation.within_problem import BEST, MAJORITY, WEIGHTED, within_problem_metrics  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
@@ -104,18 +105,10 @@ def cross_validate(groups: list[dict]) -> list[dict]:
     return groups
 
 
-def per_problem(groups: list[dict], name: str) -> tuple[dict, dict]:
-    """Each problem's within-problem AUROC (problems with both outcomes) and best-of-N correctness under `name`."""
-    aurocs = {g["key"]: within_problem_auroc([(g["scores"][name], g["correct"])])["auroc"] for g in groups}
-    best = {g["key"]: choice_accuracy(g["scores"][name][:BEST_OF], g["correct"][:BEST_OF], g["truncated"][:BEST_OF])
-            for g in groups}
-    return {k: v for k, v in aurocs.items() if v is not None}, best
-
-
 def paired(groups: list[dict], a: str, b: str) -> dict:
     """a minus b, paired by problem: within-problem AUROC and best-of-N."""
-    auroc_a, best_a = per_problem(groups, a)
-    auroc_b, best_b = per_problem(groups, b)
+    auroc_a, best_a = per_problem_auroc(groups, a), best_of_correct(groups, a, BEST_OF)
+    auroc_b, best_b = per_problem_auroc(groups, b), best_of_correct(groups, b, BEST_OF)
     keys = sorted(auroc_a)
     return {"auroc": paired_bootstrap([auroc_a[k] for k in keys], [auroc_b[k] for k in keys], **BOOTSTRAP),
             f"best_of_{BEST_OF}": paired_bootstrap([best_a[g["key"]] for g in groups],
@@ -130,20 +123,11 @@ def at_best_of(metrics: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     args = parse_args(argv)
     work = Path(args.work).resolve()
     policy = Path(args.policy) if args.policy else build_policy(PolicyRecipe())
     samples = read_jsonl(work / "val" / "samples.jsonl")
-
-    def compute():
-        tokenizer = AutoTokenizer.from_pretrained(policy)
-        model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
-        return confidences(model, tokenizer, samples)
-
-    logprobs = cached_confidences(work / "val" / "confidence-scores.jsonl", str(policy), samples, compute)
+    logprobs = policy_confidences(policy, work / "val" / "samples.jsonl", samples)
     groups = cross_validate(problem_groups(samples, read_jsonl(work / "val" / "prm-eval.jsonl"),
                                            read_jsonl(work / "scores" / f"val-{args.run}.jsonl"), logprobs))
     names = [*map(name_of, WEIGHTS), CROSS]
