@@ -27,6 +27,11 @@ scaled to the control's unit RMS), `--outcome-weight 0.1` to mix answer correctn
 
     python bench/rl_control.py --work rl-work --lrs 1e-5 --reward min --prm runs/prm --out rl_min.json
 
+Where the control of the same seed has been judged in the same work folder, a process run is also paired against it
+problem by problem ("after - control", on validation at each judged step and on the held-out problems when both
+runs were read there at the same step); a process run finished before its control gets the pairing on a second call,
+which only reads the finished files.
+
 Writes bench/results/rl_control.json and bench/results/rl_control.png (per-step reward, training accuracy, share of
 groups with no reward spread, KL and completion length of each run).
 """
@@ -157,12 +162,32 @@ def greedy_correct(policy: str, problems: list[dict], path: Path, max_new_tokens
     return [int(r["correct"]) for r in rows]
 
 
-def run_name(args, lr: float) -> str:
-    """A run's folder and file stem: the learning rate, then whatever differs from the control's seed 0."""
+def run_name(args, lr: float, *, reward: str | None = None) -> str:
+    """A run's folder and file stem: the learning rate, then whatever differs from the control's seed 0 (`reward`
+    names another reward's run at the same settings)."""
+    reward = reward or args.reward
     name = f"lr-{lr:g}"
-    if args.reward != "outcome":
-        name += f"-{args.reward}" + (f"-outcome-{args.outcome_weight:g}" if args.outcome_weight else "")
+    if reward != "outcome":
+        name += f"-{reward}" + (f"-outcome-{args.outcome_weight:g}" if args.outcome_weight else "")
     return name + (f"-seed-{args.seed}" if args.seed else "")
+
+
+def against_control(args, lr: float, step: int, after: list[int], path: Path) -> dict | None:
+    """A process rule's accuracy minus the control's, problem by problem, where the control (the correctness reward,
+    same learning rate, step and seed) has been judged on the same problems in this work folder: `path` is this
+    run's file, the control's is the same name under the control's stem. None for the control itself or when its
+    file is not there (run the control first, or again: every finished file is read, nothing retrains)."""
+    if args.reward == "outcome":
+        return None
+    control = path.with_name(path.name.replace(run_name(args, lr), run_name(args, lr, reward="outcome"), 1))
+    if not control.is_file():
+        return None
+    rows = read_jsonl(control)
+    if [r["prompt"] for r in rows] != [r["prompt"] for r in read_jsonl(path)]:
+        raise SystemExit(f"{control}: the control was judged on other problems than {path}; use a work folder of "
+                         "its own for another --pool, --validation or --held-out")
+    return {"control": analysis.bootstrap_accuracy([int(r["correct"]) for r in rows]),
+            "after - control": analysis.paired_bootstrap(after, [int(r["correct"]) for r in rows])}
 
 
 def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> dict[int, Path]:
@@ -260,11 +285,12 @@ def main(argv=None) -> dict:
         name = run_name(args, lr)
         judged = {}
         for step, folder in policies[lr].items():
-            after = greedy_correct(str(folder), problems["validation"],
-                                   work / f"validation-{name}-step-{step}.jsonl", args.max_completion_length)
+            path = work / f"validation-{name}-step-{step}.jsonl"
+            after = greedy_correct(str(folder), problems["validation"], path, args.max_completion_length)
             accuracy[lr, step] = sum(after) / len(after)
             judged[step] = {"after": analysis.bootstrap_accuracy(after),
-                            "after - before": analysis.paired_bootstrap(after, base_validation)}
+                            "after - before": analysis.paired_bootstrap(after, base_validation),
+                            **(against_control(args, lr, step, after, path) or {})}
         steps = [{k: e[k] for k in ("step", "reward", "answer_accuracy", "frac_reward_zero_std", "kl",
                                     "completions/mean_length", "entropy", "steps_per_completion") if k in e}
                  for e in logs[f"lr {lr:g}"]]
@@ -291,11 +317,11 @@ def main(argv=None) -> dict:
     # The held-out problems are read here, once, for the starting policy and the chosen run only.
     before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",
                             args.max_completion_length)
-    after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"],
-                           work / f"held-out-{run_name(args, chosen)}-step-{chosen_step}.jsonl",
-                           args.max_completion_length)
+    path = work / f"held-out-{run_name(args, chosen)}-step-{chosen_step}.jsonl"
+    after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"], path, args.max_completion_length)
     result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
-                          "after - before": analysis.paired_bootstrap(after, before)}
+                          "after - before": analysis.paired_bootstrap(after, before),
+                          **(against_control(args, chosen, chosen_step, after, path) or {})}
     result["seconds_this_call"] = round(time.perf_counter() - started, 1)
     write_json_atomic(Path(args.out), result)
     plot(result, logs, Path(args.out).with_suffix(".png"))

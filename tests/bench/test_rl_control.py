@@ -90,6 +90,24 @@ def test_a_process_rule_runs_at_the_control_settings_in_a_run_of_its_own(chat_po
     steps = result["validation"]["runs"]["1e-06"]["steps"]
     # the training samples' correctness is watched, though this reward does not train on it alone
     assert len(steps) == 2 and all(0 <= s["answer_accuracy"] <= 1 and s["steps_per_completion"] > 0 for s in steps)
+    assert "after - control" not in result["validation"]["runs"]["1e-06"]  # no control of seed 1 judged yet
+
+
+def test_a_process_rule_is_paired_against_the_control_of_its_seed(chat_policy, tiny_run, tmp_path):
+    work = tmp_path / "work"
+    process = ["--validation-only", "--reward", "min", "--prm", str(tiny_run), "--outcome-weight", "0.1"]
+    tiny_control(chat_policy, work, tmp_path / "rl_min.json", *process)
+    tiny_control(chat_policy, work, tmp_path / "rl_control.json", "--validation-only")
+    # the control answers the first validation problem, the process run the other two: their finished files say so
+    for name, answers in (("validation-lr-1e-06-step-2.jsonl", [1, 0, 0]),
+                          ("validation-lr-1e-06-min-outcome-0.1-step-2.jsonl", [0, 1, 1])):
+        rows = rl_control.read_jsonl(work / name)
+        rl_control.write_jsonl([{**r, "correct": bool(c)} for r, c in zip(rows, answers)], work / name)
+    again = tiny_control(chat_policy, work, tmp_path / "rl_min.json", *process)  # reads the finished files only
+    run = again["validation"]["runs"]["1e-06"]
+    assert run["control"]["accuracy"] == pytest.approx(1 / 3) and run["after"]["accuracy"] == pytest.approx(2 / 3)
+    assert run["after - control"]["difference"] == pytest.approx(1 / 3)
+    assert run["after - control"]["low"] <= 1 / 3 <= run["after - control"]["high"]
 
 
 @pytest.mark.parametrize("flags, message", [
