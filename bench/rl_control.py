@@ -33,7 +33,7 @@ runs were read there at the same step); a process run finished before its contro
 which only reads the finished files.
 
 Writes bench/results/rl_control.json and bench/results/rl_control.png (per-step reward, training accuracy, share of
-groups with no reward spread, KL and completion length of each run).
+groups with no reward spread, KL, completion length and steps per completion of each run).
 """
 
 from __future__ import annotations
@@ -241,8 +241,10 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
     reward = "reward (answer right)" if result["settings"]["reward"] == "outcome" else "reward (PRM)"
     keys = [("reward", reward), ("answer_accuracy", "answer right (training samples)"),
             ("frac_reward_zero_std", "groups with no reward spread"),
-            ("kl", "KL to the starting policy"), ("completions/mean_length", "completion tokens")]
-    figure, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
+            ("kl", "KL to the starting policy"), ("completions/mean_length", "completion tokens"),
+            ("steps_per_completion", "steps per completion")]
+    figure, axes = plt.subplots(2, 3, figsize=(12, 6.4))
+    axes = axes.flatten()
     for axis, (key, title) in zip(axes, keys):
         for name, entries in logs.items():
             points = [(e["step"], e[key]) for e in entries if key in e]
