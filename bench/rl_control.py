@@ -172,10 +172,10 @@ def run_name(args, lr: float, *, reward: str | None = None) -> str:
     return name + (f"-seed-{args.seed}" if args.seed else "")
 
 
-def against_control(args, lr: float, step: int, after: list[int], path: Path) -> dict | None:
+def against_control(args, lr: float, after: list[int], path: Path) -> dict | None:
     """A process rule's accuracy minus the control's, problem by problem, where the control (the correctness reward,
     same learning rate, step and seed) has been judged on the same problems in this work folder: `path` is this
-    run's file, the control's is the same name under the control's stem. None for the control itself or when its
+    run's file (it names the step), the control's is the same name under the control's stem. None for the control itself or when its
     file is not there (run the control first, or again: every finished file is read, nothing retrains)."""
     if args.reward == "outcome":
         return None
@@ -292,7 +292,7 @@ def main(argv=None) -> dict:
             accuracy[lr, step] = sum(after) / len(after)
             judged[step] = {"after": analysis.bootstrap_accuracy(after),
                             "after - before": analysis.paired_bootstrap(after, base_validation),
-                            **(against_control(args, lr, step, after, path) or {})}
+                            **(against_control(args, lr, after, path) or {})}
         steps = [{k: e[k] for k in ("step", "reward", "answer_accuracy", "frac_reward_zero_std", "kl",
                                     "completions/mean_length", "entropy", "steps_per_completion") if k in e}
                  for e in logs[f"lr {lr:g}"]]
@@ -323,7 +323,7 @@ def main(argv=None) -> dict:
     after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"], path, args.max_completion_length)
     result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
                           "after - before": analysis.paired_bootstrap(after, before),
-                          **(against_control(args, chosen, chosen_step, after, path) or {})}
+                          **(against_control(args, chosen, after, path) or {})}
     result["seconds_this_call"] = round(time.perf_counter() - started, 1)
     write_json_atomic(Path(args.out), result)
     plot(result, logs, Path(args.out).with_suffix(".png"))
