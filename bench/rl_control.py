@@ -172,22 +172,23 @@ def run_name(args, lr: float, *, reward: str | None = None) -> str:
     return name + (f"-seed-{args.seed}" if args.seed else "")
 
 
-def against_control(args, lr: float, after: list[int], path: Path) -> dict | None:
+def against_control(args, lr: float, after: list[int], path: Path, problems: list[dict]) -> dict | None:
     """A process rule's accuracy minus the control's, problem by problem, where the control (the correctness reward,
-    same learning rate, step and seed) has been judged on the same problems in this work folder: `path` is this
-    run's file (it names the step), the control's is the same name under the control's stem. None for the control itself or when its
-    file is not there (run the control first, or again: every finished file is read, nothing retrains)."""
+    same learning rate, step and seed) has been judged on `problems` in this work folder: `path` is this run's file
+    (it names the step), the control's is the same name under the control's stem. None for the control itself or
+    when its file is not there (run the control first, or again: every finished file is read, nothing retrains)."""
     if args.reward == "outcome":
         return None
     control = path.with_name(path.name.replace(run_name(args, lr), run_name(args, lr, reward="outcome"), 1))
     if not control.is_file():
         return None
     rows = read_jsonl(control)
-    if [r["prompt"] for r in rows] != [r["prompt"] for r in read_jsonl(path)]:
+    if [r["prompt"] for r in rows] != [p["prompt"] for p in problems]:
         raise SystemExit(f"{control}: the control was judged on other problems than {path}; use a work folder of "
                          "its own for another --pool, --validation or --held-out")
-    return {"control": analysis.bootstrap_accuracy([int(r["correct"]) for r in rows]),
-            "after - control": analysis.paired_bootstrap(after, [int(r["correct"]) for r in rows])}
+    correct = [int(r["correct"]) for r in rows]
+    return {"control": analysis.bootstrap_accuracy(correct),
+            "after - control": analysis.paired_bootstrap(after, correct)}
 
 
 def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> dict[int, Path]:
@@ -292,7 +293,7 @@ def main(argv=None) -> dict:
             accuracy[lr, step] = sum(after) / len(after)
             judged[step] = {"after": analysis.bootstrap_accuracy(after),
                             "after - before": analysis.paired_bootstrap(after, base_validation),
-                            **(against_control(args, lr, after, path) or {})}
+                            **(against_control(args, lr, after, path, problems["validation"]) or {})}
         steps = [{k: e[k] for k in ("step", "reward", "answer_accuracy", "frac_reward_zero_std", "kl",
                                     "completions/mean_length", "entropy", "steps_per_completion") if k in e}
                  for e in logs[f"lr {lr:g}"]]
@@ -323,7 +324,7 @@ def main(argv=None) -> dict:
     after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"], path, args.max_completion_length)
     result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
                           "after - before": analysis.paired_bootstrap(after, before),
-                          **(against_control(args, chosen, after, path) or {})}
+                          **(against_control(args, chosen, after, path, problems["held_out"]) or {})}
     result["seconds_this_call"] = round(time.perf_counter() - started, 1)
     write_json_atomic(Path(args.out), result)
     plot(result, logs, Path(args.out).with_suffix(".png"))
