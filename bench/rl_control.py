@@ -138,12 +138,23 @@ def pass_rates(args, policy: str, pool: list[dict], work: Path) -> dict:
     return {**result.summary, "tokens_this_call": result.tokens, "seconds_this_call": result.seconds}
 
 
+def finished_rows(path: Path, problems: list[dict]) -> list[dict] | None:
+    """The rows of a judged file when it was judged on exactly `problems`, in order; None when there is no file. A
+    file judged on other problems stops the run rather than be reused or written over."""
+    if not path.is_file():
+        return None
+    rows = read_jsonl(path)
+    if [r["prompt"] for r in rows] != [p["prompt"] for p in problems]:
+        raise SystemExit(f"{path}: judged on other problems than this run's; use a work folder of its own for another "
+                         "--pool, --validation or --held-out")
+    return rows
+
+
 def greedy_correct(policy: str, problems: list[dict], path: Path, max_new_tokens: int) -> list[int]:
     """Per problem, 1 if the policy's greedy answer is right (the rows are kept: a finished file is read again)."""
-    if path.is_file():
-        rows = read_jsonl(path)
-        if len(rows) == len(problems):
-            return [int(r["correct"]) for r in rows]
+    rows = finished_rows(path, problems)
+    if rows is not None:
+        return [int(r["correct"]) for r in rows]
     generator = load_generator(policy, GenerationOptions(temperature=0.0, max_new_tokens=max_new_tokens,
                                                          generation_batch_size=32))
     checker = AnswerChecker()
@@ -180,12 +191,9 @@ def against_control(args, lr: float, after: list[int], path: Path, problems: lis
     if args.reward == "outcome":
         return None
     control = path.with_name(path.name.replace(run_name(args, lr), run_name(args, lr, reward="outcome"), 1))
-    if not control.is_file():
+    rows = finished_rows(control, problems)
+    if rows is None:
         return None
-    rows = read_jsonl(control)
-    if [r["prompt"] for r in rows] != [p["prompt"] for p in problems]:
-        raise SystemExit(f"{control}: the control was judged on other problems than {path}; use a work folder of "
-                         "its own for another --pool, --validation or --held-out")
     correct = [int(r["correct"]) for r in rows]
     return {"control": analysis.bootstrap_accuracy(correct),
             "after - control": analysis.paired_bootstrap(after, correct)}

@@ -119,3 +119,16 @@ def test_a_reward_and_its_prm_go_together(flags, message, capsys):
     with pytest.raises(SystemExit):
         rl_control.parse_args(flags)
     assert message in capsys.readouterr().err
+
+
+def test_a_judged_file_is_reused_only_for_the_problems_it_was_judged_on(tmp_path):
+    problems = [{"prompt": "1 + 1?", "gold_answer": "2"}, {"prompt": "2 + 2?", "gold_answer": "4"}]
+    path = tmp_path / "validation-before.jsonl"
+    rl_control.write_jsonl([{"prompt": p["prompt"], "answer": "2", "correct": c}
+                            for p, c in zip(problems, (True, False))], path)
+    # a finished file for these problems is read back: the policy (no such folder) is never loaded
+    assert rl_control.greedy_correct(str(tmp_path / "no-policy"), problems, path, 8) == [1, 0]
+    # as many rows for other problems (a work folder reused with another draw) stop the run instead of passing
+    other = [problems[1], problems[0]]
+    with pytest.raises(SystemExit, match="judged on other problems"):
+        rl_control.greedy_correct(str(tmp_path / "no-policy"), other, path, 8)
