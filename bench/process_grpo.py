@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lifecycle import analysis  # noqa: E402
+from lifecycle.exact_reward import EXACT, ExactStepReward  # noqa: E402
 from lifecycle.tables import number  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
 from prmkit.generation.options import DEFAULT_SYSTEM_PROMPT  # noqa: E402
@@ -138,7 +139,8 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
           snapshot_steps: set[int] = frozenset()) -> Path:
     """GRPO from `policy` with `condition`'s reward; the final policy folder (skipped when it exists). The policy
     after each of `snapshot_steps` is saved beside it as step-N. `args.seed` (default 0) seeds the run;
-    `args.outcome_weight` (default 0) mixes answer correctness into the `sum` and `min` rules."""
+    `args.outcome_weight` (default 0) mixes answer correctness into the `sum` and `min` rules, whose step rewards
+    come from the PRM run `prm_run`, or from the exact judge where it is "exact" (`lifecycle.exact_reward`)."""
     final = work / condition / "final"
     if (final / "config.json").is_file():
         return final
@@ -175,7 +177,10 @@ def train(condition: str, args, work: Path, policy: Path, prm_run: Path, rows: l
     if condition in ("sum", "min"):
         common["args"] = ProcessGRPOConfig(**settings, advantage_rule=condition, answer_column="gold_answer",
                                            outcome_weight=getattr(args, "outcome_weight", 0.0))
-        prm = PRMReward(prm_run, aggregate=args.aggregate, device="cpu", name="prm")
+        if str(prm_run) == EXACT:
+            prm = ExactStepReward(rows)
+        else:
+            prm = PRMReward(prm_run, aggregate=args.aggregate, device="cpu", name="prm")
         trainer = ProcessGRPOTrainer(prm=prm, **common)
     else:
         common["args"] = GRPOConfig(**settings)

@@ -27,6 +27,10 @@ scaled to the control's unit RMS), `--outcome-weight 0.1` to mix answer correctn
 
     python bench/rl_control.py --work rl-work --lrs 1e-5 --reward min --prm runs/prm --out rl_min.json
 
+`--prm exact` gives the rules the exact judge's step labels instead of a PRM's scores (bench/lifecycle/exact_reward.py):
+the process rules' positive control, a step reward that is right by construction, so a rule that loses with a PRM
+and holds with the judge lost to the PRM.
+
 Where the control of the same seed has been judged in the same work folder, a process run is also paired against it
 problem by problem ("after - control", on validation at each judged step and on the held-out problems when both
 runs were read there at the same step); a process run finished before its control gets the pairing on a second call,
@@ -51,6 +55,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lifecycle import analysis  # noqa: E402
+from lifecycle.exact_reward import EXACT  # noqa: E402
 from lifecycle.onpolicy import BENCHMARK_SPLIT_CAP, evaluation_problems, onpolicy_problems  # noqa: E402
 from lifecycle.policy import PolicyRecipe, build_policy  # noqa: E402
 from lifecycle.problems import disjoint_splits, problem_rows  # noqa: E402
@@ -76,7 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lrs", default="1e-6,3e-6,1e-5")
     parser.add_argument("--reward", choices=("outcome", "sum", "min"), default="outcome",
                         help="outcome: the answer's correctness (the control); sum, min: the PRM's step rewards")
-    parser.add_argument("--prm", default=None, help="the PRM run folder the sum and min rewards score with")
+    parser.add_argument("--prm", default=None, help="the PRM run folder the sum and min rewards score with, or "
+                        f"{EXACT!r}: the exact judge's step labels (the process rules' positive control)")
     parser.add_argument("--outcome-weight", type=float, default=0.0,
                         help="with sum or min: this weight times the group-normalised correctness is added")
     parser.add_argument("--seed", type=int, default=0, help="the GRPO run's seed (sampling and initial order)")
@@ -94,9 +100,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.reward == "outcome" and (args.prm or args.outcome_weight):
         parser.error("--prm and --outcome-weight go with --reward sum or min; the outcome reward is correctness alone")
-    if args.reward != "outcome" and not (args.prm and Path(args.prm).is_dir()):
-        parser.error(f"--reward {args.reward} scores with a PRM: give --prm, a run folder of prmkit train "
-                     f"(got {args.prm!r})")
+    if args.reward != "outcome" and not (args.prm == EXACT or args.prm and Path(args.prm).is_dir()):
+        parser.error(f"--reward {args.reward} scores with a PRM: give --prm, a run folder of prmkit train or "
+                     f"{EXACT!r} (got {args.prm!r})")
     if args.outcome_weight < 0:
         parser.error(f"--outcome-weight {args.outcome_weight}: give 0 or more")
     args.band = parse_band(args.band)
@@ -179,7 +185,8 @@ def run_name(args, lr: float, *, reward: str | None = None) -> str:
     reward = reward or args.reward
     name = f"lr-{lr:g}"
     if reward != "outcome":
-        name += f"-{reward}" + (f"-outcome-{args.outcome_weight:g}" if args.outcome_weight else "")
+        name += f"-{reward}" + (f"-{EXACT}" if args.prm == EXACT else "") + \
+            (f"-outcome-{args.outcome_weight:g}" if args.outcome_weight else "")
     return name + (f"-seed-{args.seed}" if args.seed else "")
 
 
@@ -208,7 +215,7 @@ def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> dict[in
                                   lr=lr, beta=args.beta, temperature=args.temperature, seed=args.seed,
                                   max_completion_length=args.max_completion_length, aggregate="min",
                                   outcome_weight=args.outcome_weight)
-    prm = Path(args.prm) if args.prm else Path("-")
+    prm = Path(args.prm or "-")  # "exact" passes through as itself
     final = train(args.reward, settings, work / run_name(args, lr), policy, prm, rows, set(args.snapshots))
     return {**{step: final.parent / f"step-{step}" for step in args.snapshots}, args.steps: final}
 
@@ -247,7 +254,8 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    reward = "reward (answer right)" if result["settings"]["reward"] == "outcome" else "reward (PRM)"
+    reward = "reward (answer right)" if result["settings"]["reward"] == "outcome" else \
+        "reward (every step right)" if result["settings"]["prm"] == EXACT else "reward (PRM)"
     keys = [("reward", reward), ("answer_accuracy", "answer right (training samples)"),
             ("frac_reward_zero_std", "groups with no reward spread"),
             ("kl", "KL to the starting policy"), ("completions/mean_length", "completion tokens"),
@@ -263,8 +271,9 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
         axis.set_xlabel("optimizer step")
     axes[0].legend(fontsize=8)
     chosen = f"lr {result['chosen_lr']}, {result['chosen_steps']} steps" if "chosen_lr" in result else ""
-    reward = {"outcome": "the correctness reward", "sum": "the PRM's step rewards (sum)",
-              "min": "the PRM's step rewards (min)"}[result["settings"]["reward"]]
+    source = "the exact judge's" if result["settings"]["prm"] == EXACT else "the PRM's"
+    reward = {"outcome": "the correctness reward", "sum": f"{source} step rewards (sum)",
+              "min": f"{source} step rewards (min)"}[result["settings"]["reward"]]
     weight = result["settings"]["outcome_weight"]
     figure.suptitle(f"GRPO with {reward}" + (f" + {weight:g} x correctness" if weight else "") + ", per learning rate"
                     + (f" (chosen on validation: {chosen})" if chosen else ""), fontsize=10)

@@ -93,6 +93,18 @@ def test_a_process_rule_runs_at_the_control_settings_in_a_run_of_its_own(chat_po
     assert "after - control" not in result["validation"]["runs"]["1e-06"]  # no control of seed 1 judged yet
 
 
+def test_the_exact_judge_stands_in_for_the_prm_in_a_run_named_for_it(chat_policy, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "rl_exact.json"
+    result = tiny_control(chat_policy, work, out, "--validation-only", "--reward", "min", "--prm", "exact",
+                          "--outcome-weight", "0.1")
+    assert result["settings"]["prm"] == "exact"
+    # apart from a learned PRM's run of the same rule and weight, which would otherwise be taken for this one
+    assert (work / "lr-1e-06-min-exact-outcome-0.1" / "min" / "final" / "config.json").is_file()
+    steps = result["validation"]["runs"]["1e-06"]["steps"]
+    # the tiny policy writes nothing right, so the judge's reward (every step right) is 0 throughout
+    assert len(steps) == 2 and all(s["reward"] == 0 for s in steps)
+
+
 def test_a_process_rule_is_paired_against_the_control_of_its_seed(chat_policy, tiny_run, tmp_path):
     work = tmp_path / "work"
     process = ["--validation-only", "--reward", "min", "--prm", str(tiny_run), "--outcome-weight", "0.1"]
