@@ -67,6 +67,10 @@ from prmkit.rl.prompt_filter import FilterOptions, filter_prompts, parse_band  #
 
 PROBLEMS_PER_BATCH = 16
 ONPOLICY_TRAINING_PROBLEMS = 1000  # the largest onpolicy.py draw a PRM here trains on: left out of the pool
+FLAT = "process/zero_advantage_group_share"  # prmkit.rl.ProcessGRPOTrainer's count of groups with no signal
+# What a run's per-step log keeps, in bench/results and in the first/last-steps drift.
+STEP_KEYS = ("step", "reward", "answer_accuracy", "frac_reward_zero_std", "flat_group_share", "kl",
+             "completions/mean_length", "entropy", "steps_per_completion")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -223,7 +227,11 @@ def grpo(args, lr: float, policy: Path, rows: list[dict], work: Path) -> dict[in
 def trainer_log(run: Path) -> list[dict]:
     """TRL's own per-step log of a run (reward, KL, the share of groups with no reward spread, lengths), with the
     training samples' answer accuracy and steps per completion from bench/process_grpo.py's step log: a PRM-rewarded
-    run is watched for what it does to correctness, which it does not train on."""
+    run is watched for what it does to correctness, which it does not train on.
+
+    `flat_group_share` is the share of groups the loss learned nothing from (every advantage 0). For a process rule
+    that is the trainer's own count: TRL's `frac_reward_zero_std` reads one scalar per completion, and a group whose
+    completions tie on it can still differ step by step."""
     states = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     if not states:
         return []
@@ -231,16 +239,15 @@ def trainer_log(run: Path) -> list[dict]:
     if (run / "steps.jsonl").is_file():
         answers = {row["step"]: {key: row[key] for key in ("answer_accuracy", "steps_per_completion")}
                    for row in read_jsonl(run / "steps.jsonl")}
-    return [{**e, **answers.get(e["step"], {})} for e in json.loads(states[-1].read_text())["log_history"]
-            if "reward" in e]
+    return [{**e, **answers.get(e["step"], {}), "flat_group_share": e.get(FLAT, e.get("frac_reward_zero_std"))}
+            for e in json.loads(states[-1].read_text())["log_history"] if "reward" in e]
 
 
 def drift(steps: list[dict], window: int = 4) -> dict:
     """The first and last `window` steps of a run, averaged, for each logged quantity: what moved while it trained
     (per step the values swing with the prompts drawn)."""
     out = {}
-    for key in ("reward", "answer_accuracy", "frac_reward_zero_std", "kl", "completions/mean_length", "entropy",
-                "steps_per_completion"):
+    for key in STEP_KEYS[1:]:
         values = [e[key] for e in steps if key in e]
         if values:
             out[key] = {"first": round(sum(values[:window]) / len(values[:window]), 4),
@@ -257,7 +264,7 @@ def plot(result: dict, logs: dict[str, list[dict]], path: Path) -> None:
     reward = "reward (answer right)" if result["settings"]["reward"] == "outcome" else \
         "reward (every step right)" if result["settings"]["prm"] == EXACT else "reward (PRM)"
     keys = [("reward", reward), ("answer_accuracy", "answer right (training samples)"),
-            ("frac_reward_zero_std", "groups with no reward spread"),
+            ("flat_group_share", "groups with no learning signal (advantages all 0)"),
             ("kl", "KL to the starting policy"), ("completions/mean_length", "completion tokens"),
             ("steps_per_completion", "steps per completion")]
     figure, axes = plt.subplots(2, 3, figsize=(12, 6.4))
@@ -311,9 +318,7 @@ def main(argv=None) -> dict:
             judged[step] = {"after": analysis.bootstrap_accuracy(after),
                             "after - before": analysis.paired_bootstrap(after, base_validation),
                             **(against_control(args, lr, after, path, problems["validation"]) or {})}
-        steps = [{k: e[k] for k in ("step", "reward", "answer_accuracy", "frac_reward_zero_std", "kl",
-                                    "completions/mean_length", "entropy", "steps_per_completion") if k in e}
-                 for e in logs[f"lr {lr:g}"]]
+        steps = [{k: e[k] for k in STEP_KEYS if e.get(k) is not None} for e in logs[f"lr {lr:g}"]]
         result["validation"]["runs"][f"{lr:g}"] = {
             **judged[args.steps], "snapshots": {str(step): judged[step] for step in args.snapshots},
             "drift": drift(steps), "steps": steps}

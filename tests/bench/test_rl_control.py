@@ -144,3 +144,25 @@ def test_a_judged_file_is_reused_only_for_the_problems_it_was_judged_on(tmp_path
     other = [problems[1], problems[0]]
     with pytest.raises(SystemExit, match="judged on other problems"):
         rl_control.greedy_correct(str(tmp_path / "no-policy"), other, path, 8)
+
+
+def test_a_process_run_counts_groups_without_signal_by_its_own_advantages(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    history = [{"step": 1, "reward": 0.5, "frac_reward_zero_std": 0.5, rl_control.FLAT: 0.0},
+               {"step": 2, "reward": 0.25, "frac_reward_zero_std": 0.75, rl_control.FLAT: 0.25},
+               {"step": 2, "train_runtime": 9.0}]
+    (run / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    (run / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [
+        {"step": 1, "answer_accuracy": 0.1, "steps_per_completion": 3.0},
+        {"step": 1, "answer_accuracy": 0.2, "steps_per_completion": 4.0},  # a resumed run logs its step again
+        {"step": 2, "answer_accuracy": 0.3, "steps_per_completion": 2.0}]))
+    log = rl_control.trainer_log(run)
+    assert [e["flat_group_share"] for e in log] == [0.0, 0.25]  # the loss's count, not TRL's per-completion one
+    assert [e["answer_accuracy"] for e in log] == [0.2, 0.3]
+    assert rl_control.drift(log, window=1)["flat_group_share"] == {"first": 0.0, "last": 0.25}
+
+    # a run of TRL's own trainer has no count of its own: TRL's is the loss's there
+    history = [{k: v for k, v in e.items() if k != rl_control.FLAT} for e in history]
+    (run / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    assert [e["flat_group_share"] for e in rl_control.trainer_log(run)] == [0.5, 0.75]
