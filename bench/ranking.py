@@ -86,14 +86,19 @@ def prm_config(work: Path, name: str, loss: dict, steps: int, backbone: str = "s
 
 
 def train(work: Path, name: str, loss: dict, steps: int, backbone: str = "smollm2") -> Path:
-    run = runs_home(work, backbone) / "runs" / name
+    return train_config(runs_home(work, backbone) / "runs" / name, runs_home(work, backbone) / f"train-{name}.json",
+                        prm_config(work, name, loss, steps, backbone))
+
+
+def train_config(run: Path, config_file: Path, config: dict) -> Path:
+    """`prmkit train` on CONFIG (written to CONFIG_FILE), whose run folder is RUN: a finished run is kept, a stopped
+    one resumes from its last checkpoint."""
     if (run / "prmkit.json").is_file():
         return run
-    config = runs_home(work, backbone) / f"train-{name}.json"
-    write_json_atomic(config, prm_config(work, name, loss, steps, backbone))
+    write_json_atomic(config_file, config)
     # a run stopped before its first checkpoint has files but nothing to resume from: it starts again
     resume = ["training.resume=latest"] if any(run.glob("checkpoint-*")) else ["--overwrite"]
-    subprocess.run([sys.executable, "-m", "prmkit", "train", str(config), *resume], check=True)
+    subprocess.run([sys.executable, "-m", "prmkit", "train", str(config_file), *resume], check=True)
     return run
 
 

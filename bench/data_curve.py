@@ -1,0 +1,166 @@
+"""What a PRM that picks costs: within-problem AUROC on validation problems against the number of training
+solutions, for each label source on the same solutions, with the rollouts each source spent on its labels.
+
+    python bench/lifecycle/onpolicy.py --problems 1000 --k 4 --work /work/ranking     # train/ (the policy's samples)
+    python bench/lifecycle/onpolicy.py --split validation --problems 64 --k 8 --work /work/ranking/val
+    python bench/data_curve.py --work /work/ranking --sizes 192,800 --labels exact,omega,mc
+
+A size takes whole problems of WORK/train/prm-train.jsonl in file order until it holds that many of the policy's
+sampled solutions (the siblings of a problem stay together; the smaller sizes are prefixes of the larger). Each label
+source labels exactly those solutions:
+- exact: the exact judge's step labels the file already carries (no rollouts);
+- exact-pairs: the same, with the minimal pairs bench/lifecycle/onpolicy.py made from them (free, on-policy text);
+- omega, mc: `prmkit label --method omega|mc` on the solutions' own steps, rolled out by the policy that drew them.
+Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers) for `--epochs` over its rows,
+scored on WORK/val/prm-eval.jsonl. Validation only: the curve chooses nothing, so no held-out file is read.
+
+Each stage is kept under WORK/curve (labelled files, runs, scores): run the same command again after a kill to go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import ranking  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
+
+LABELS = ("exact", "exact-pairs", "omega", "mc")
+ROLLOUT_LABELS = ("omega", "mc")
+BATCH = 8  # bench/ranking.py's batch size
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="folder holding train/ and val/ from onpolicy.py")
+    parser.add_argument("--sizes", default="192,800", help="training solutions (the policy's samples) per PRM")
+    parser.add_argument("--labels", default="exact,omega,mc", help=f"label sources among {', '.join(LABELS)}")
+    parser.add_argument("--epochs", type=float, default=1.0, help="passes over each PRM's rows")
+    parser.add_argument("--min-steps", type=int, default=60, help="the fewest optimizer steps a PRM trains")
+    parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (omega and mc)")
+    parser.add_argument("--policy", default=None,
+                        help="the policy the rollouts come from (default: the one that drew WORK/train's samples)")
+    parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto",
+                        help="rollouts: auto takes vLLM from .venv-vllm where it exists")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "data_curve.json"))
+    args = parser.parse_args(argv)
+    args.sizes = sorted(int(s) for s in args.sizes.split(","))
+    args.labels = [s.strip() for s in args.labels.split(",") if s.strip()]
+    unknown = sorted(set(args.labels) - set(LABELS))
+    if unknown:
+        parser.error(f"--labels: unknown {', '.join(unknown)}; choose among {', '.join(LABELS)}")
+    return args
+
+
+def subset(rows: list[dict], size: int) -> list[dict]:
+    """Whole problems, in file order, until `size` of the policy's solutions are in; their minimal pairs ride
+    along (a label source that has no use for them drops them)."""
+    per_problem: dict[str, int] = {}
+    for row in rows:
+        if row.get("source", "policy") == "policy":
+            per_problem[row["prompt"]] = per_problem.get(row["prompt"], 0) + 1
+    kept, solutions = set(), 0
+    for prompt, count in per_problem.items():
+        if solutions >= size:
+            break
+        kept.add(prompt)
+        solutions += count
+    return [r for r in rows if r["prompt"] in kept]
+
+
+def policy_folder(args, work: Path) -> str:
+    if args.policy:
+        return args.policy
+    first = read_jsonl(work / "train" / "samples.jsonl")[0]
+    return first["settings"]["policy"]
+
+
+def rollout_command(args, method: str, source: Path, out: Path, policy: str) -> list[str]:
+    vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
+    use_vllm = args.backend == "vllm" or (args.backend == "auto" and vllm_python.is_file())
+    python = str(vllm_python) if use_vllm else sys.executable
+    flags = ["--gpu-memory-utilization", "0.2"] if use_vllm else ["--generation-batch-size", "32"]
+    return [python, "-m", "prmkit", "label", str(source), str(out), "--policy", policy, "--method", method,
+            "--k", str(args.k), "--problem-field", "prompt", "--gold-field", "gold_answer",
+            "--backend", "vllm" if use_vllm else "transformers", "--max-new-tokens", str(args.max_new_tokens),
+            *flags]
+
+
+def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tuple[Path, dict]:
+    """The PRM training file of one label source on `rows`, and what its labels cost."""
+    policy_rows = [r for r in rows if r.get("source", "policy") == "policy"]
+    train_file = folder / "train.jsonl"
+    if label in ("exact", "exact-pairs"):
+        chosen = rows if label == "exact-pairs" else policy_rows
+        write_jsonl(chosen, train_file)
+        return train_file, {"rows": len(chosen), "rollouts": 0, "tokens": 0}
+    source, out = folder / "solutions.jsonl", folder / "labelled.jsonl"
+    write_jsonl([{"prompt": r["prompt"], "completions": r["completions"], "gold_answer": r["gold_answer"]}
+                 for r in policy_rows], source)
+    if not out.is_file() or len(read_jsonl(out)) < len(policy_rows):
+        env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+        subprocess.run(rollout_command(args, label, source, out, policy_folder(args, work)), check=True, env=env)
+    records = read_jsonl(out)
+    # the ranking recipe reads `correct` and `group` (the problem): the rollouts' records keep the solution's own
+    by_text = {(r["prompt"], tuple(r["completions"])): r for r in policy_rows}
+    rows_out = [{**by_text[(r["prompt"], tuple(r["completions"]))], "labels": r["labels"]} for r in records]
+    write_jsonl(rows_out, train_file)
+    return train_file, {"rows": len(rows_out), "rollouts": sum(r["label"]["rollouts"] for r in records),
+                        "tokens": sum(r["label"]["tokens"] for r in records)}
+
+
+def steps_for(rows: int, epochs: float, min_steps: int) -> int:
+    return max(min_steps, math.ceil(epochs * rows / BATCH))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    work = Path(args.work).resolve()
+    rows = read_jsonl(work / "train" / "prm-train.jsonl")
+    available = sum(1 for r in rows if r.get("source", "policy") == "policy")
+    if args.sizes[-1] > available:
+        raise SystemExit(f"{work / 'train' / 'prm-train.jsonl'} holds {available} of the policy's solutions; "
+                         f"--sizes asks for {args.sizes[-1]}: sample more problems with bench/lifecycle/onpolicy.py")
+    curve = work / "curve"
+    result = {"command": "python bench/data_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "settings": {"epochs": args.epochs, "min_steps": args.min_steps, "k": args.k, "primary": ranking.PRIMARY,
+                           "batch_size": BATCH},
+              "validation": ranking.data_counts(work / "val", "prm-eval.jsonl"), "points": []}
+    for size in args.sizes:
+        rows_here = subset(rows, size)
+        solutions = sum(1 for r in rows_here if r.get("source", "policy") == "policy")
+        for label in args.labels:
+            name = f"{label}-{size}"
+            folder = curve / name
+            folder.mkdir(parents=True, exist_ok=True)
+            train_file, cost = labelled(args, work, label, rows_here, folder)
+            steps = steps_for(cost["rows"], args.epochs, args.min_steps)
+            config = ranking.prm_config(work, name, {}, steps)
+            config["output_dir"], config["data"]["train"] = str(curve / "runs"), str(train_file)
+            run = ranking.train_config(curve / "runs" / name, folder / "config.json", config)
+            chains = ranking.scored(run, work / "val" / "prm-eval.jsonl", folder / "val-scores.jsonl")
+            summary, _ = ranking.evaluate(chains)
+            result["points"].append({"label": label, "solutions": solutions,
+                                     "problems": len({r["prompt"] for r in rows_here}), "steps": steps, **cost,
+                                     "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
+                                     "versus_majority": summary["versus_majority"]})
+            write_json_atomic(Path(args.out), result)
+            print(f"{name}: {cost['rows']} rows, {steps} steps, {cost['rollouts']} rollouts, within-problem AUROC "
+                  f"({ranking.PRIMARY}) {summary['auroc'][ranking.PRIMARY]:.3f}", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""bench/data_curve.py: sizes take whole problems (siblings together, smaller sizes prefixes of larger), every label
+source labels the same solutions, rollout labels keep the solution's own grade and problem and are not paid for
+twice after a stop, and each point reports its rows, steps and rollouts beside the validation figures."""
+
+import json
+
+import pytest
+
+import data_curve
+import ranking
+
+
+def rows_of(problems: int, samples: int, pairs: int = 1) -> list[dict]:
+    rows = []
+    for p in range(problems):
+        prompt = f"What is {p} + 1?"
+        for s in range(samples):
+            right = s % 2 == 0
+            rows.append({"prompt": prompt, "completions": [f"{p} + 1 = {p + 1 if right else p + 2}.",
+                                                            f"The answer is {p + 1 if right else p + 2}."],
+                         "labels": [int(right), int(right)], "correct": right, "answer": str(p + 1 + (not right)),
+                         "gold_answer": str(p + 1), "group": prompt, "source": "policy", "problem": p, "sample": s})
+        rows += [{**rows[-samples], "source": "minimal-pair", "labels": [1, 0], "correct": False}] * pairs
+    return rows
+
+
+def test_a_size_takes_whole_problems_in_order_and_smaller_sizes_are_prefixes():
+    rows = rows_of(problems=5, samples=3)
+    small, large = data_curve.subset(rows, 4), data_curve.subset(rows, 7)
+    policy = [r for r in small if r["source"] == "policy"]
+    assert len(policy) == 6 and {r["problem"] for r in small} == {0, 1}  # a problem is never cut
+    assert sum(r["source"] == "minimal-pair" for r in small) == 2
+    assert small == [r for r in large if r["problem"] in (0, 1)]
+    assert {r["problem"] for r in large} == {0, 1, 2}
+
+
+def test_exact_sources_take_the_files_labels_with_or_without_the_minimal_pairs(tmp_path):
+    rows = rows_of(problems=2, samples=2)
+    args = data_curve.parse_args(["--work", str(tmp_path), "--labels", "exact,exact-pairs"])
+    for label, expected in (("exact", 4), ("exact-pairs", 6)):
+        folder = tmp_path / label
+        folder.mkdir()
+        train_file, cost = data_curve.labelled(args, tmp_path, label, rows, folder)
+        assert cost == {"rows": expected, "rollouts": 0, "tokens": 0}
+        assert len(train_file.read_text().splitlines()) == expected
+
+
+def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, monkeypatch):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "val").mkdir()
+    rows = rows_of(problems=6, samples=4)
+    (tmp_path / "train" / "prm-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "val" / "prm-eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    trained = {}
+
+    def fake_train(run, config_file, config):
+        trained[run.name] = (config["data"]["train"], config["training"]["max_steps"])
+        return run
+
+    def chains(right, wrong):
+        return [{"prompt": "v", "correct": True, "answer": "1", "scores": [right]},
+                {"prompt": "v", "correct": False, "answer": "2", "scores": [wrong]}]
+
+    monkeypatch.setattr(ranking, "train_config", fake_train)
+    monkeypatch.setattr(ranking, "scored", lambda run, data, cache: chains(0.9, 0.1) if "exact" in run.name
+                        else chains(0.1, 0.9))
+    monkeypatch.setattr(data_curve, "labelled", lambda args, work, label, rows, folder: (
+        folder / "train.jsonl", {"rows": len(rows), "rollouts": 0 if label == "exact" else 3 * len(rows),
+                                 "tokens": 0}))
+    result = data_curve.main(["--work", str(tmp_path), "--sizes", "8,20", "--labels", "exact,omega",
+                              "--min-steps", "2", "--out", str(tmp_path / "curve.json")])
+    points = {(p["label"], p["solutions"]): p for p in result["points"]}
+    assert set(points) == {("exact", 8), ("omega", 8), ("exact", 20), ("omega", 20)}
+    assert points[("exact", 8)]["auroc"]["min"] == 1.0 and points[("omega", 8)]["auroc"]["min"] == 0.0
+    assert points[("omega", 20)]["rollouts"] == 3 * 25 and points[("exact", 20)]["problems"] == 5
+    assert trained["exact-8"][1] == 2 and trained["exact-20"][1] == 4  # ceil(25 rows / batch 8)
+    assert json.loads((tmp_path / "curve.json").read_text())["points"] == result["points"]
+
+
+def test_sizes_beyond_the_sampled_solutions_say_how_to_get_more(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "prm-train.jsonl").write_text(json.dumps(rows_of(1, 2)[0]) + "\n")
+    with pytest.raises(SystemExit, match="onpolicy.py"):
+        data_curve.main(["--work", str(tmp_path), "--sizes", "5", "--out", str(tmp_path / "c.json")])
+
+
+@pytest.mark.slow
+def test_rollout_labels_keep_each_solutions_grade_and_are_not_paid_twice(tiny_llama, tmp_path, monkeypatch):
+    rows = rows_of(problems=2, samples=2)
+    args = data_curve.parse_args(["--work", str(tmp_path), "--policy", str(tiny_llama), "--backend", "transformers",
+                                  "--k", "2", "--max-new-tokens", "6"])
+    folder = tmp_path / "omega-4"
+    folder.mkdir()
+    train_file, cost = data_curve.labelled(args, tmp_path, "omega", rows, folder)
+    out = [json.loads(line) for line in train_file.read_text().splitlines()]
+    assert cost["rows"] == 4 and cost["rollouts"] > 0
+    policy = [r for r in rows if r["source"] == "policy"]
+    assert [(r["prompt"], r["completions"], r["correct"], r["group"]) for r in out] == \
+        [(r["prompt"], r["completions"], r["correct"], r["group"]) for r in policy]
+    assert all(len(r["labels"]) == len(r["completions"]) for r in out)
+
+    def no_second_labelling(*a, **k):
+        raise AssertionError("labelled again")
+
+    monkeypatch.setattr(data_curve.subprocess, "run", no_second_labelling)
+    assert data_curve.labelled(args, tmp_path, "omega", rows, folder)[1] == cost
