@@ -10,6 +10,9 @@ sampled solutions (the siblings of a problem stay together; the smaller sizes ar
 source labels exactly those solutions:
 - exact: the exact judge's step labels the file already carries (no rollouts);
 - exact-pairs: the same, with the minimal pairs bench/lifecycle/onpolicy.py made from them (free, on-policy text);
+- exact-arith: the same, with `--arithmetic-per-solution` free one-step rows from each right solution whose
+  equation's numbers are drawn anew, true or a slip away (bench/lifecycle/arithmetic_steps.py): the one skill
+  bench/error_kinds.py finds the PRMs lacking, in the policy's own phrasing;
 - omega, mc: `prmkit label --method omega|mc` on the solutions' own steps, rolled out by the policy that drew them.
 Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers) for `--epochs` over its rows,
 scored on WORK/val/prm-eval.jsonl. Validation only: the curve chooses nothing, so no held-out file is read.
@@ -33,9 +36,11 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import ranking  # noqa: E402
+from lifecycle.arithmetic_steps import arithmetic_rows  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
-LABELS = ("exact", "exact-pairs", "omega", "mc")
+LABELS = ("exact", "exact-pairs", "exact-arith", "omega", "mc")
+EXACT_LABELS = ("exact", "exact-pairs", "exact-arith")
 ROLLOUT_LABELS = ("omega", "mc")
 BATCH = 8  # bench/ranking.py's batch size
 
@@ -47,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--labels", default="exact,omega,mc", help=f"label sources among {', '.join(LABELS)}")
     parser.add_argument("--epochs", type=float, default=1.0, help="passes over each PRM's rows")
     parser.add_argument("--min-steps", type=int, default=60, help="the fewest optimizer steps a PRM trains")
+    parser.add_argument("--arithmetic-per-solution", type=int, default=4,
+                        help="exact-arith: auxiliary rows drawn from each right solution")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (omega and mc)")
     parser.add_argument("--policy", default=None,
                         help="the policy the rollouts come from (default: the one that drew WORK/train's samples)")
@@ -101,8 +108,9 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
     """The PRM training file of one label source on `rows`, and what its labels cost."""
     policy_rows = [r for r in rows if r.get("source", "policy") == "policy"]
     train_file = folder / "train.jsonl"
-    if label in ("exact", "exact-pairs"):
-        chosen = rows if label == "exact-pairs" else policy_rows
+    if label in EXACT_LABELS:
+        chosen = {"exact": policy_rows, "exact-pairs": rows,
+                  "exact-arith": policy_rows + arithmetic_rows(policy_rows, args.arithmetic_per_solution, seed=0)}[label]
         write_jsonl(chosen, train_file)
         return train_file, {"rows": len(chosen), "rollouts": 0, "tokens": 0}
     source, out = folder / "solutions.jsonl", folder / "labelled.jsonl"
@@ -135,14 +143,16 @@ def main(argv=None) -> dict:
     curve = work / "curve"
     result = {"command": "python bench/data_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "settings": {"epochs": args.epochs, "min_steps": args.min_steps, "k": args.k, "primary": ranking.PRIMARY,
+              "settings": {"epochs": args.epochs, "min_steps": args.min_steps, "k": args.k,
+                           "arithmetic_per_solution": args.arithmetic_per_solution, "primary": ranking.PRIMARY,
                            "batch_size": BATCH},
               "validation": ranking.data_counts(work / "val", "prm-eval.jsonl"), "points": []}
     for size in args.sizes:
         rows_here = subset(rows, size)
         solutions = sum(1 for r in rows_here if r.get("source", "policy") == "policy")
         for label in args.labels:
-            name = f"{label}-{size}"
+            # a setting that changes a source's rows is in its name, so a run of other rows is never taken as done
+            name = f"{label}-{args.arithmetic_per_solution}-{size}" if label == "exact-arith" else f"{label}-{size}"
             folder = curve / name
             folder.mkdir(parents=True, exist_ok=True)
             train_file, cost = labelled(args, work, label, rows_here, folder)

@@ -34,10 +34,12 @@ def test_a_size_takes_whole_problems_in_order_and_smaller_sizes_are_prefixes():
     assert {r["problem"] for r in large} == {0, 1, 2}
 
 
-def test_exact_sources_take_the_files_labels_with_or_without_the_minimal_pairs(tmp_path):
+def test_exact_sources_take_the_files_labels_with_the_minimal_pairs_or_arithmetic_rows(tmp_path):
     rows = rows_of(problems=2, samples=2)
-    args = data_curve.parse_args(["--work", str(tmp_path), "--labels", "exact,exact-pairs"])
-    for label, expected in (("exact", 4), ("exact-pairs", 6)):
+    args = data_curve.parse_args(["--work", str(tmp_path), "--labels", "exact,exact-pairs,exact-arith",
+                                  "--arithmetic-per-solution", "3"])
+    # 2 problems x 2 samples, one right each: 2 minimal pairs, 3 arithmetic rows from each right solution
+    for label, expected in (("exact", 4), ("exact-pairs", 6), ("exact-arith", 4 + 2 * 3)):
         folder = tmp_path / label
         folder.mkdir()
         train_file, cost = data_curve.labelled(args, tmp_path, label, rows, folder)
