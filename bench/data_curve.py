@@ -109,8 +109,10 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
     policy_rows = [r for r in rows if r.get("source", "policy") == "policy"]
     train_file = folder / "train.jsonl"
     if label in EXACT_LABELS:
-        chosen = {"exact": policy_rows, "exact-pairs": rows,
-                  "exact-arith": policy_rows + arithmetic_rows(policy_rows, args.arithmetic_per_solution, seed=0)}[label]
+        if label == "exact-arith":
+            chosen = policy_rows + arithmetic_rows(policy_rows, args.arithmetic_per_solution, seed=0)
+        else:
+            chosen = rows if label == "exact-pairs" else policy_rows
         write_jsonl(chosen, train_file)
         return train_file, {"rows": len(chosen), "rollouts": 0, "tokens": 0}
     source, out = folder / "solutions.jsonl", folder / "labelled.jsonl"
