@@ -14,12 +14,14 @@ against it (bench/process_grpo.py compares the rules at the settings chosen here
 4. The (learning rate, steps) with the best validation accuracy (the smaller, then the shorter, on a tie) is read
    once on the held-out problems: greedy accuracy before and after, with the paired bootstrap interval. No other
    run touches the held-out file, and none does when no run beats the starting policy on validation: the choice
-   then is not to train, and the held-out problems stay unread for a sweep that has a candidate.
+   then is not to train, and the held-out problems stay unread for a sweep that has a candidate. A run of settings
+   chosen before, on another seed (`--replicate`), is read there whatever its validation says: were it read only
+   when it did well, a mean over seeds would keep the lucky ones.
 
     python bench/rl_control.py --work rl-work     # run it again after a kill to continue: every stage resumes
     python bench/rl_control.py --work rl-work --validation-only   # the sweep alone; the held-out problems unread
     python bench/rl_control.py --work rl-work --lrs 1e-5 --steps 32 --snapshots 16   # judged at 16 and 32 steps
-    python bench/rl_control.py --work rl-work --lrs 1e-5 --seed 1                   # the control again, another seed
+    python bench/rl_control.py --work rl-work --lrs 1e-5 --seed 1 --replicate       # the control again, another seed
 
 The process rules run at the control's settings, on the same problems, from the same policy, with one flag changed:
 `--reward min` or `--reward sum` (a PRM's step rewards as per-token advantages, `prmkit.rl.ProcessGRPOTrainer`,
@@ -100,8 +102,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-completion-length", type=int, default=128)
     parser.add_argument("--validation-only", action="store_true",
                         help="stop after the validation runs: the held-out problems stay unread for a later call")
+    parser.add_argument("--replicate", action="store_true",
+                        help="the settings were chosen before, on another seed's validation: read the held-out "
+                             "problems at --steps whatever this seed does on validation, so that a mean over seeds "
+                             "is not made of the seeds that did well (one --lrs value)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "rl_control.json"))
     args = parser.parse_args(argv)
+    if args.replicate and (len(args.lrs.split(",")) != 1 or args.validation_only):
+        parser.error("--replicate reads the held-out problems for settings already chosen: give one --lrs value "
+                     "and leave out --validation-only")
     if args.reward == "outcome" and (args.prm or args.outcome_weight):
         parser.error("--prm and --outcome-weight go with --reward sum or min; the outcome reward is correctness alone")
     if args.reward != "outcome" and not (args.prm == EXACT or args.prm and Path(args.prm).is_dir()):
@@ -330,8 +339,10 @@ def main(argv=None) -> dict:
         write_json_atomic(Path(args.out), result)
         return result
     chosen, chosen_step = min(accuracy, key=lambda run: (-accuracy[run], *run))
+    if args.replicate:
+        chosen, chosen_step = args.lrs[0], args.steps
     start = sum(base_validation) / len(base_validation)
-    if accuracy[chosen, chosen_step] <= start:
+    if accuracy[chosen, chosen_step] <= start and not args.replicate:
         result["held_out"] = (f"not read: no run beat the starting policy on validation (best: lr {chosen:g}, "
                               f"{chosen_step} steps, {accuracy[chosen, chosen_step]:.3f} against {start:.3f})")
         result["seconds_this_call"] = round(time.perf_counter() - started, 1)
@@ -339,6 +350,9 @@ def main(argv=None) -> dict:
         print(result["held_out"])
         return result
     result["chosen_lr"], result["chosen_steps"] = f"{chosen:g}", chosen_step
+    if args.replicate:
+        result["replicate"] = ("held out read whatever this seed does on validation: the settings were chosen "
+                               "before, on another seed")
     # The held-out problems are read here, once, for the starting policy and the chosen run only.
     before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",
                             args.max_completion_length)

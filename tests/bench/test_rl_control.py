@@ -58,6 +58,13 @@ def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(c
     assert second["held_out"].startswith("not read: no run beat the starting policy") and "chosen_lr" not in second
     assert not list(work.glob("held-out-*"))
 
+    # a replication of settings chosen before reads the held-out problems whatever validation says
+    replicated = tiny_control(chat_policy, work, out, "--snapshots", "1", "--replicate")
+    assert replicated["chosen_lr"] == "1e-06" and replicated["chosen_steps"] == 2 and "replicate" in replicated
+    assert set(replicated["held_out"]) == {"before", "after", "after - before"}
+    for held_out in work.glob("held-out-*"):
+        held_out.unlink()
+
     # a run that beats it on validation (scripted: the 2-step policy answers every validation problem) is read once
     real = rl_control.greedy_correct
 
@@ -72,6 +79,13 @@ def test_the_sweep_leaves_the_held_out_problems_unread_until_asked_and_resumes(c
     assert sorted(p.name for p in work.glob("held-out-*")) == ["held-out-before.jsonl",
                                                                "held-out-lr-1e-06-step-2.jsonl"]
     assert json.loads(out.read_text())["held_out"]["before"]["accuracy"] == third["held_out"]["before"]["accuracy"]
+
+
+@pytest.mark.parametrize("flags", [["--replicate"], ["--replicate", "--lrs", "1e-5", "--validation-only"]])
+def test_a_replication_names_one_learning_rate_and_reads_the_held_out_problems(flags, capsys):
+    with pytest.raises(SystemExit):
+        rl_control.parse_args(flags)
+    assert "--replicate" in capsys.readouterr().err
 
 
 def test_a_snapshot_must_come_before_the_last_step():
