@@ -200,7 +200,17 @@ def run_name(args, lr: float, *, reward: str | None = None) -> str:
     if reward != "outcome":
         name += f"-{reward}" + (f"-{EXACT}" if args.prm == EXACT else "") + \
             (f"-outcome-{args.outcome_weight:g}" if args.outcome_weight else "")
-    return name + (f"-seed-{args.seed}" if args.seed else "")
+    return name + seed_suffix(args.seed)
+
+
+def seed_suffix(seed: int) -> str:
+    """What a run's name adds for its seed: nothing for seed 0, the control's."""
+    return f"-seed-{seed}" if seed else ""
+
+
+def judged_file(work: Path, split: str, stem: str | None = None, step: int | None = None) -> Path:
+    """Where greedy answers on a split are kept: the starting policy's (no stem), or run STEM's at STEP."""
+    return work / (f"{split}-before.jsonl" if stem is None else f"{split}-{stem}-step-{step}.jsonl")
 
 
 def against_control(args, lr: float, after: list[int], path: Path, problems: list[dict]) -> dict | None:
@@ -311,7 +321,7 @@ def main(argv=None) -> dict:
               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "policy": str(policy),
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "pool": filtered,
               "validation_problems": len(problems["validation"]), "held_out_problems": len(problems["held_out"])}
-    base_validation = greedy_correct(str(policy), problems["validation"], work / "validation-before.jsonl",
+    base_validation = greedy_correct(str(policy), problems["validation"], judged_file(work, "validation"),
                                      args.max_completion_length)
     result["validation"] = {"before": analysis.bootstrap_accuracy(base_validation), "runs": {}}
     logs, policies, accuracy = {}, {}, {}
@@ -321,7 +331,7 @@ def main(argv=None) -> dict:
         name = run_name(args, lr)
         judged = {}
         for step, folder in policies[lr].items():
-            path = work / f"validation-{name}-step-{step}.jsonl"
+            path = judged_file(work, "validation", name, step)
             after = greedy_correct(str(folder), problems["validation"], path, args.max_completion_length)
             accuracy[lr, step] = sum(after) / len(after)
             judged[step] = {"after": analysis.bootstrap_accuracy(after),
@@ -338,11 +348,12 @@ def main(argv=None) -> dict:
         result["seconds_this_call"] = round(time.perf_counter() - started, 1)
         write_json_atomic(Path(args.out), result)
         return result
-    chosen, chosen_step = min(accuracy, key=lambda run: (-accuracy[run], *run))
     if args.replicate:
         chosen, chosen_step = args.lrs[0], args.steps
+    else:
+        chosen, chosen_step = min(accuracy, key=lambda run: (-accuracy[run], *run))
     start = sum(base_validation) / len(base_validation)
-    if accuracy[chosen, chosen_step] <= start and not args.replicate:
+    if not args.replicate and accuracy[chosen, chosen_step] <= start:
         result["held_out"] = (f"not read: no run beat the starting policy on validation (best: lr {chosen:g}, "
                               f"{chosen_step} steps, {accuracy[chosen, chosen_step]:.3f} against {start:.3f})")
         result["seconds_this_call"] = round(time.perf_counter() - started, 1)
@@ -354,9 +365,9 @@ def main(argv=None) -> dict:
         result["replicate"] = ("held out read whatever this seed does on validation: the settings were chosen "
                                "before, on another seed")
     # The held-out problems are read here, once, for the starting policy and the chosen run only.
-    before = greedy_correct(str(policy), problems["held_out"], work / "held-out-before.jsonl",
+    before = greedy_correct(str(policy), problems["held_out"], judged_file(work, "held-out"),
                             args.max_completion_length)
-    path = work / f"held-out-{run_name(args, chosen)}-step-{chosen_step}.jsonl"
+    path = judged_file(work, "held-out", run_name(args, chosen), chosen_step)
     after = greedy_correct(str(policies[chosen][chosen_step]), problems["held_out"], path, args.max_completion_length)
     result["held_out"] = {"before": analysis.bootstrap_accuracy(before), "after": analysis.bootstrap_accuracy(after),
                           "after - before": analysis.paired_bootstrap(after, before),

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lifecycle import analysis  # noqa: E402
+from rl_control import judged_file, seed_suffix  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
 
 SPLITS = ("validation", "held-out")
@@ -45,14 +46,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def judged_path(work: Path, split: str, run: str, seed: int, step: int | None) -> Path:
-    """bench/rl_control.py's file for a run at a seed (its names carry `-seed-N` for every seed but 0); step None is
-    the starting policy, judged once for all runs and seeds."""
-    if step is None:
-        return work / f"{split}-before.jsonl"
-    return work / f"{split}-{run}{f'-seed-{seed}' if seed else ''}-step-{step}.jsonl"
-
-
 def judged(path: Path, prompts: list[str], before: Path) -> list[int] | None:
     """Per problem, 1 if right, from a judged file on exactly `prompts` (those of `before`); None when there is no
     file."""
@@ -71,7 +64,7 @@ def seed_mean(per_seed: list[list[int]]) -> list[float]:
 
 
 def split_summary(work: Path, split: str, runs: list[str], seeds: list[int], step: int) -> dict | None:
-    before_path = judged_path(work, split, "", 0, None)
+    before_path = judged_file(work, split)  # the starting policy, judged once for all runs and seeds
     if not before_path.is_file():
         return None
     prompts = [row["prompt"] for row in read_jsonl(before_path)]
@@ -79,7 +72,8 @@ def split_summary(work: Path, split: str, runs: list[str], seeds: list[int], ste
     out = {"before": analysis.bootstrap_accuracy(before), "runs": {}}
     pooled = {}
     for run in runs:
-        per_seed = {seed: judged(judged_path(work, split, run, seed, step), prompts, before_path) for seed in seeds}
+        per_seed = {seed: judged(judged_file(work, split, run + seed_suffix(seed), step), prompts, before_path)
+                    for seed in seeds}
         entry = {"seeds": {str(seed): {"after": analysis.bootstrap_accuracy(correct),
                                        "after - before": analysis.paired_bootstrap(correct, before)}
                            for seed, correct in per_seed.items() if correct is not None},
