@@ -70,12 +70,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def drawn_by_policy(row: dict) -> bool:
+    """Whether a training row is one of the policy's sampled solutions (not a minimal pair or an auxiliary row)."""
+    return row.get("source", "policy") == "policy"
+
+
 def subset(rows: list[dict], size: int) -> list[dict]:
     """Whole problems, in file order, until `size` of the policy's solutions are in; their minimal pairs ride
     along (a label source that has no use for them drops them)."""
     per_problem: dict[str, int] = {}
     for row in rows:
-        if row.get("source", "policy") == "policy":
+        if drawn_by_policy(row):
             per_problem[row["prompt"]] = per_problem.get(row["prompt"], 0) + 1
     kept, solutions = set(), 0
     for prompt, count in per_problem.items():
@@ -106,7 +111,7 @@ def rollout_command(args, method: str, source: Path, out: Path, policy: str) -> 
 
 def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tuple[Path, dict]:
     """The PRM training file of one label source on `rows`, and what its labels cost."""
-    policy_rows = [r for r in rows if r.get("source", "policy") == "policy"]
+    policy_rows = [r for r in rows if drawn_by_policy(r)]
     train_file = folder / "train.jsonl"
     if label in EXACT_LABELS:
         if label == "exact-arith":
@@ -138,7 +143,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     work = Path(args.work).resolve()
     rows = read_jsonl(work / "train" / "prm-train.jsonl")
-    available = sum(1 for r in rows if r.get("source", "policy") == "policy")
+    available = sum(1 for r in rows if drawn_by_policy(r))
     if args.sizes[-1] > available:
         raise SystemExit(f"{work / 'train' / 'prm-train.jsonl'} holds {available} of the policy's solutions; "
                          f"--sizes asks for {args.sizes[-1]}: sample more problems with bench/lifecycle/onpolicy.py")
@@ -151,7 +156,7 @@ def main(argv=None) -> dict:
               "validation": ranking.data_counts(work / "val", "prm-eval.jsonl"), "points": []}
     for size in args.sizes:
         rows_here = subset(rows, size)
-        solutions = sum(1 for r in rows_here if r.get("source", "policy") == "policy")
+        solutions = sum(1 for r in rows_here if drawn_by_policy(r))
         for label in args.labels:
             # a setting that changes a source's rows is in its name, so a run of other rows is never taken as done
             name = f"{label}-{args.arithmetic_per_solution}-{size}" if label == "exact-arith" else f"{label}-{size}"
