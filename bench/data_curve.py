@@ -15,7 +15,9 @@ source labels exactly those solutions:
   bench/error_kinds.py finds the PRMs lacking, in the policy's own phrasing;
 - omega, mc: `prmkit label --method omega|mc` on the solutions' own steps, rolled out by the policy that drew them.
 Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers) for `--epochs` over its rows,
-scored on WORK/val/prm-eval.jsonl. Validation only: the curve chooses nothing, so no held-out file is read.
+scored on WORK/val/prm-eval.jsonl. At each size every source after the first is paired against the first, problem
+by problem (within-problem AUROC and best-of-8, with paired bootstrap intervals). Validation only: the curve chooses
+nothing, so no held-out file is read.
 
 Each stage is kept under WORK/curve (labelled files, runs, scores): run the same command again after a kill to go on.
 """
@@ -157,6 +159,7 @@ def main(argv=None) -> dict:
     for size in args.sizes:
         rows_here = subset(rows, size)
         solutions = sum(1 for r in rows_here if drawn_by_policy(r))
+        reference = None  # the first label source at this size: each later one is paired against it
         for label in args.labels:
             # a setting that changes a source's rows is in its name, so a run of other rows is never taken as done
             name = f"{label}-{args.arithmetic_per_solution}-{size}" if label == "exact-arith" else f"{label}-{size}"
@@ -168,11 +171,15 @@ def main(argv=None) -> dict:
             config["output_dir"], config["data"]["train"] = str(curve / "runs"), str(train_file)
             run = ranking.train_config(curve / "runs" / name, folder / "config.json", config)
             chains = ranking.scored(run, work / "val" / "prm-eval.jsonl", folder / "val-scores.jsonl")
-            summary, _ = ranking.evaluate(chains)
-            result["points"].append({"label": label, "solutions": solutions,
-                                     "problems": len({r["prompt"] for r in rows_here}), "steps": steps, **cost,
-                                     "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
-                                     "versus_majority": summary["versus_majority"]})
+            summary, problems = ranking.evaluate(chains)
+            point = {"label": label, "solutions": solutions, "problems": len({r["prompt"] for r in rows_here}),
+                     "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
+                     "versus_majority": summary["versus_majority"]}
+            if reference is None:
+                reference = (label, problems)
+            else:
+                point["against"] = {"label": reference[0], **ranking.paired_problems(problems, reference[1])}
+            result["points"].append(point)
             write_json_atomic(Path(args.out), result)
             print(f"{name}: {cost['rows']} rows, {steps} steps, {cost['rollouts']} rollouts, within-problem AUROC "
                   f"({ranking.PRIMARY}) {summary['auroc'][ranking.PRIMARY]:.3f}", flush=True)

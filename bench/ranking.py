@@ -159,6 +159,18 @@ def per_problem_auroc(problems: list[dict], how: str = PRIMARY) -> dict[str, flo
     return out
 
 
+def paired_problems(a: list[dict], b: list[dict]) -> dict:
+    """Two scorers' groups of the same problems, a minus b problem by problem: within-problem AUROC (on the problems
+    with both outcomes) and best-of-BEST_OF, each with its paired bootstrap interval."""
+    auroc_a, auroc_b = per_problem_auroc(a), per_problem_auroc(b)
+    keys = [k for k in auroc_a if k in auroc_b]
+    best_a, best_b = best_of_correct(a), best_of_correct(b)
+    return {"within_problem_auroc": paired_bootstrap([auroc_a[k] for k in keys], [auroc_b[k] for k in keys],
+                                                     **BOOTSTRAP),
+            f"best_of_{BEST_OF}": paired_bootstrap([best_a[k] for k in best_a], [best_b[k] for k in best_a],
+                                                   **BOOTSTRAP)}
+
+
 def best_of_correct(problems: list[dict], how: str = PRIMARY, n: int = BEST_OF) -> dict[str, float]:
     """Each problem's expected correctness of best-of-n (ties shared), as prmkit eval counts it."""
     return {g["key"]: choice_accuracy(g["scores"][how][:n], g["correct"][:n], g["truncated"][:n]) for g in problems}
@@ -206,12 +218,7 @@ def main(argv=None) -> dict:
         report[name], problems[name] = evaluate(chains)
     result["held_out"] = report
     if chosen != baseline:
-        a, b = per_problem_auroc(problems[chosen]), per_problem_auroc(problems[baseline])
-        keys = [k for k in a if k in b]
-        bo_a, bo_b = best_of_correct(problems[chosen]), best_of_correct(problems[baseline])
-        result["held_out_paired"] = {
-            "within_problem_auroc": paired_bootstrap([a[k] for k in keys], [b[k] for k in keys], **BOOTSTRAP),
-            f"best_of_{BEST_OF}": paired_bootstrap([bo_a[k] for k in bo_a], [bo_b[k] for k in bo_a], **BOOTSTRAP)}
+        result["held_out_paired"] = paired_problems(problems[chosen], problems[baseline])
     write_json_atomic(args.out, result)
     print(json.dumps({k: result[k] for k in ("validation", "chosen", "held_out") if k in result}, indent=1))
     return result

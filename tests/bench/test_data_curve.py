@@ -74,6 +74,12 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
     points = {(p["label"], p["solutions"]): p for p in result["points"]}
     assert set(points) == {("exact", 8), ("omega", 8), ("exact", 20), ("omega", 20)}
     assert points[("exact", 8)]["auroc"]["min"] == 1.0 and points[("omega", 8)]["auroc"]["min"] == 0.0
+    # each later source is paired, problem by problem, against the first one at the same size
+    assert "against" not in points[("exact", 8)]
+    against = points[("omega", 8)]["against"]
+    assert against["label"] == "exact"
+    assert against["within_problem_auroc"]["difference"] == -1.0
+    assert against["best_of_8"]["difference"] == -1.0
     assert points[("omega", 20)]["rollouts"] == 3 * 25 and points[("exact", 20)]["problems"] == 5
     assert trained["exact-8"][1] == 2 and trained["exact-20"][1] == 4  # ceil(25 rows / batch 8)
     assert json.loads((tmp_path / "curve.json").read_text())["points"] == result["points"]
