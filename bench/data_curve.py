@@ -17,7 +17,8 @@ source labels exactly those solutions:
 Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers) for `--epochs` over its rows,
 scored on WORK/val/prm-eval.jsonl. At each size every source after the first is paired against the first, problem
 by problem (within-problem AUROC and best-of-8, with paired bootstrap intervals). Validation only: the curve chooses
-nothing, so no held-out file is read.
+nothing, so no held-out file is read. Each PRM is also scored on fresh `a op b = c` rows drawn from the validation
+problems' right samples (the arithmetic probe: does it check the sums at all, whatever it does on the samples).
 
 Each stage is kept under WORK/curve (labelled files, runs, scores): run the same command again after a kill to go on.
 """
@@ -39,8 +40,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import ranking  # noqa: E402
 from lifecycle.arithmetic_steps import arithmetic_rows  # noqa: E402
+from prmkit.evaluation.metrics import auroc  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
+PROBE_SEED = 1  # the training rows' draws use seed 0, so no probe row was trained on
+PROBE_PER_SOLUTION = 4
 LABELS = ("exact", "exact-pairs", "exact-arith", "omega", "mc")
 EXACT_LABELS = ("exact", "exact-pairs", "exact-arith")
 ROLLOUT_LABELS = ("omega", "mc")
@@ -137,6 +141,19 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
                         "tokens": sum(r["label"]["tokens"] for r in records)}
 
 
+def arithmetic_probe(run: Path, work: Path, folder: Path) -> dict:
+    """Whether a PRM checks `a op b = c` on its own: its step AUROC on fresh one-step arithmetic rows (true or a
+    slip away, even odds) drawn from the validation problems' right samples with a seed no training row used. A PRM
+    that scores these well but ranks the samples at chance has the skill and does not use it there; one that scores
+    these at chance never learned it."""
+    probe_file = work / "val" / "arithmetic-probe.jsonl"
+    rows = arithmetic_rows(read_jsonl(work / "val" / "prm-eval.jsonl"), PROBE_PER_SOLUTION, seed=PROBE_SEED)
+    write_jsonl(rows, probe_file)
+    chains = ranking.scored(run, probe_file, folder / "probe-scores.jsonl")
+    truth = [bool(c["correct"]) for c in chains]
+    return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc([c["scores"][0] for c in chains], truth)}
+
+
 def steps_for(rows: int, epochs: float, min_steps: int) -> int:
     return max(min_steps, math.ceil(epochs * rows / BATCH))
 
@@ -174,7 +191,8 @@ def main(argv=None) -> dict:
             summary, problems = ranking.evaluate(chains)
             point = {"label": label, "solutions": solutions, "problems": len({r["prompt"] for r in rows_here}),
                      "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
-                     "versus_majority": summary["versus_majority"]}
+                     "versus_majority": summary["versus_majority"],
+                     "arithmetic_probe": arithmetic_probe(run, work, folder)}
             if reference is None:
                 reference = (label, problems)
             else:

@@ -80,9 +80,35 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
     assert against["label"] == "exact"
     assert against["within_problem_auroc"]["difference"] == -1.0
     assert against["best_of_8"]["difference"] == -1.0
+    assert points[("exact", 8)]["arithmetic_probe"]["step_auroc"] == 1.0
     assert points[("omega", 20)]["rollouts"] == 3 * 25 and points[("exact", 20)]["problems"] == 5
     assert trained["exact-8"][1] == 2 and trained["exact-20"][1] == 4  # ceil(25 rows / batch 8)
     assert json.loads((tmp_path / "curve.json").read_text())["points"] == result["points"]
+
+
+def test_the_arithmetic_probe_scores_fresh_equations_from_the_validation_right_samples(tmp_path, monkeypatch):
+    (tmp_path / "val").mkdir()
+    val = rows_of(problems=3, samples=2, pairs=0)  # one right and one wrong sample per problem
+    (tmp_path / "val" / "prm-eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in val))
+    seen = {}
+
+    def checks_the_sum(run, data, cache):  # a PRM that redoes `a + b = c`
+        rows = [json.loads(line) for line in data.read_text().splitlines()]
+        seen["rows"] = rows
+        out = []
+        for r in rows:
+            a, rest = r["completions"][0].split(" + ")
+            b, c = rest.rstrip(".").split(" = ")
+            out.append({"correct": r["correct"], "scores": [0.9 if int(a) + int(b) == int(c) else 0.1]})
+        return out
+
+    monkeypatch.setattr(ranking, "scored", checks_the_sum)
+    probe = data_curve.arithmetic_probe(tmp_path / "run", tmp_path, tmp_path)
+    assert probe["rows"] == 3 * data_curve.PROBE_PER_SOLUTION  # from the right samples only
+    assert probe["step_auroc"] == 1.0 and 0 < probe["true"] < probe["rows"]
+    assert {r["prompt"] for r in seen["rows"]} == {r["prompt"] for r in val}
+    # fresh numbers: not one probe row repeats a validation step
+    assert not {r["completions"][0] for r in seen["rows"]} & {c for r in val for c in r["completions"]}
 
 
 def test_sizes_beyond_the_sampled_solutions_say_how_to_get_more(tmp_path):
