@@ -14,10 +14,11 @@ source labels exactly those solutions:
   equation's numbers are drawn anew, true or a slip away (bench/lifecycle/arithmetic_steps.py): the one skill
   bench/error_kinds.py finds the PRMs lacking, in the policy's own phrasing;
 - omega, mc: `prmkit label --method omega|mc` on the solutions' own steps, rolled out by the policy that drew them.
-Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers) for `--epochs` over its rows,
-scored on WORK/val/prm-eval.jsonl. At each size every source after the first is paired against the first, problem
-by problem (within-problem AUROC and best-of-8, with paired bootstrap intervals). Validation only: the curve chooses
-nothing, so no held-out file is read. Each PRM is also scored on fresh `a op b = c` rows drawn from the validation
+Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers, or with `--backbone policy`
+the policy that drew the samples with LoRA on all its layers) for `--epochs` over its rows, scored on
+WORK/val/prm-eval.jsonl. At each size every source after the first is paired against the first, problem by problem
+(within-problem AUROC and best-of-8, with paired bootstrap intervals). Validation only: the curve chooses nothing,
+so no held-out file is read. Each PRM is also scored on fresh `a op b = c` rows drawn from the validation
 problems' right samples (the arithmetic probe: does it check the sums at all, whatever it does on the samples).
 
 Each stage is kept under WORK/curve (labelled files, runs, scores): run the same command again after a kill to go on.
@@ -60,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--min-steps", type=int, default=60, help="the fewest optimizer steps a PRM trains")
     parser.add_argument("--arithmetic-per-solution", type=int, default=4,
                         help="exact-arith: auxiliary rows drawn from each right solution")
+    parser.add_argument("--backbone", choices=tuple(ranking.BACKBONES), default="smollm2",
+                        help="the PRM's backbone: policy reads the samples with the policy that drew them")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (omega and mc)")
     parser.add_argument("--policy", default=None,
                         help="the policy the rollouts come from (default: the one that drew WORK/train's samples)")
@@ -169,7 +172,7 @@ def main(argv=None) -> dict:
     curve = work / "curve"
     result = {"command": "python bench/data_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "settings": {"epochs": args.epochs, "min_steps": args.min_steps, "k": args.k,
+              "settings": {"backbone": args.backbone, "epochs": args.epochs, "min_steps": args.min_steps, "k": args.k,
                            "arithmetic_per_solution": args.arithmetic_per_solution, "primary": ranking.PRIMARY,
                            "batch_size": BATCH},
               "validation": ranking.data_counts(work / "val", "prm-eval.jsonl"), "points": []}
@@ -180,11 +183,13 @@ def main(argv=None) -> dict:
         for label in args.labels:
             # a setting that changes a source's rows is in its name, so a run of other rows is never taken as done
             name = f"{label}-{args.arithmetic_per_solution}-{size}" if label == "exact-arith" else f"{label}-{size}"
+            name += "" if args.backbone == "smollm2" else f"-{args.backbone}"
             folder = curve / name
             folder.mkdir(parents=True, exist_ok=True)
             train_file, cost = labelled(args, work, label, rows_here, folder)
             steps = steps_for(cost["rows"], args.epochs, args.min_steps)
-            config = ranking.prm_config(work, name, {}, steps)
+            policy = policy_folder(args, work) if args.backbone == "policy" else None
+            config = ranking.prm_config(work, name, {}, steps, args.backbone, policy)
             config["output_dir"], config["data"]["train"] = str(curve / "runs"), str(train_file)
             run = ranking.train_config(curve / "runs" / name, folder / "config.json", config)
             chains = ranking.scored(run, work / "val" / "prm-eval.jsonl", folder / "val-scores.jsonl")

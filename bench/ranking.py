@@ -68,12 +68,13 @@ def runs_home(work: Path, backbone: str) -> Path:
     return work if backbone == "smollm2" else work / f"backbone-{backbone}"
 
 
-def prm_config(work: Path, name: str, loss: dict, steps: int, backbone: str = "smollm2") -> dict:
+def prm_config(work: Path, name: str, loss: dict, steps: int, backbone: str = "smollm2",
+               policy: str | None = None) -> dict:
     """bench/loop.py's exact-label PRM recipe (prm_config) on the on-policy file, with the condition's loss and the
-    backbone's model and LoRA layers."""
+    backbone's model and LoRA layers; the policy backbone is POLICY (default: the benchmark's policy)."""
     model, lora = BACKBONES[backbone]
     if backbone == "policy":
-        model = {**model, "base": str(build_policy(PolicyRecipe()))}
+        model = {**model, "base": policy or str(build_policy(PolicyRecipe()))}
     return {
         "output_dir": str(runs_home(work, backbone) / "runs"), "run_name": name,
         "model": {**model, "finetune": "lora"},

@@ -86,6 +86,33 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
     assert json.loads((tmp_path / "curve.json").read_text())["points"] == result["points"]
 
 
+def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_are_apart(tmp_path, monkeypatch):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "val").mkdir()
+    rows = rows_of(problems=2, samples=2)
+    (tmp_path / "train" / "prm-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "train" / "samples.jsonl").write_text(json.dumps({"settings": {"policy": "/policies/room"}}) + "\n")
+    (tmp_path / "val" / "prm-eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    configs = {}
+
+    def fake_train(run, config_file, config):
+        configs[run.name] = config
+        return run
+
+    monkeypatch.setattr(ranking, "train_config", fake_train)
+    monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
+        {"prompt": "v", "correct": True, "answer": "1", "scores": [0.9]},
+        {"prompt": "v", "correct": False, "answer": "2", "scores": [0.1]}])
+    for backbone in ("smollm2", "policy"):
+        data_curve.main(["--work", str(tmp_path), "--sizes", "4", "--labels", "exact", "--min-steps", "2",
+                         "--backbone", backbone, "--out", str(tmp_path / f"{backbone}.json")])
+    assert set(configs) == {"exact-4", "exact-4-policy"}
+    assert configs["exact-4-policy"]["model"]["base"] == "/policies/room"
+    assert configs["exact-4-policy"]["lora"]["top_layers"] is None
+    assert configs["exact-4"]["model"]["base"] == "smollm2-135m"
+    assert json.loads((tmp_path / "policy.json").read_text())["settings"]["backbone"] == "policy"
+
+
 def test_the_arithmetic_probe_scores_fresh_equations_from_the_validation_right_samples(tmp_path, monkeypatch):
     (tmp_path / "val").mkdir()
     val = rows_of(problems=3, samples=2, pairs=0)  # one right and one wrong sample per problem
