@@ -144,7 +144,7 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
                         "tokens": sum(r["label"]["tokens"] for r in records)}
 
 
-def arithmetic_probe(run: Path, work: Path, folder: Path) -> dict:
+def arithmetic_probe(run: Path, work: Path, cache: Path) -> dict:
     """Whether a PRM checks `a op b = c` on its own: its step AUROC on fresh one-step arithmetic rows (true or a
     slip away, even odds) drawn from the validation problems' right samples with a seed no training row used. A PRM
     that scores these well but ranks the samples at chance has the skill and does not use it there; one that scores
@@ -152,7 +152,7 @@ def arithmetic_probe(run: Path, work: Path, folder: Path) -> dict:
     probe_file = work / "val" / "arithmetic-probe.jsonl"
     rows = arithmetic_rows(read_jsonl(work / "val" / "prm-eval.jsonl"), PROBE_PER_SOLUTION, seed=PROBE_SEED)
     write_jsonl(rows, probe_file)
-    chains = ranking.scored(run, probe_file, folder / "probe-scores.jsonl")
+    chains = ranking.scored(run, probe_file, cache)
     truth = [bool(c["correct"]) for c in chains]
     return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc([c["scores"][0] for c in chains], truth)}
 
@@ -181,30 +181,33 @@ def main(argv=None) -> dict:
         solutions = sum(1 for r in rows_here if drawn_by_policy(r))
         reference = None  # the first label source at this size: each later one is paired against it
         for label in args.labels:
-            # a setting that changes a source's rows is in its name, so a run of other rows is never taken as done
+            # a setting that changes a source's rows is in its folder's name and one that changes its training in
+            # the run's, so a run of other rows or other steps is never taken as done
             name = f"{label}-{args.arithmetic_per_solution}-{size}" if label == "exact-arith" else f"{label}-{size}"
-            name += "" if args.backbone == "smollm2" else f"-{args.backbone}"
             folder = curve / name
             folder.mkdir(parents=True, exist_ok=True)
             train_file, cost = labelled(args, work, label, rows_here, folder)
             steps = steps_for(cost["rows"], args.epochs, args.min_steps)
+            run_name = f"{name}-{steps}-steps" + ("" if args.backbone == "smollm2" else f"-{args.backbone}")
+            kept = folder / run_name  # the run's config and scores
+            kept.mkdir(exist_ok=True)
             policy = policy_folder(args, work) if args.backbone == "policy" else None
-            config = ranking.prm_config(work, name, {}, steps, args.backbone, policy)
+            config = ranking.prm_config(work, run_name, {}, steps, args.backbone, policy)
             config["output_dir"], config["data"]["train"] = str(curve / "runs"), str(train_file)
-            run = ranking.train_config(curve / "runs" / name, folder / "config.json", config)
-            chains = ranking.scored(run, work / "val" / "prm-eval.jsonl", folder / "val-scores.jsonl")
+            run = ranking.train_config(curve / "runs" / run_name, kept / "config.json", config)
+            chains = ranking.scored(run, work / "val" / "prm-eval.jsonl", kept / "val-scores.jsonl")
             summary, problems = ranking.evaluate(chains)
             point = {"label": label, "solutions": solutions, "problems": len({r["prompt"] for r in rows_here}),
                      "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
                      "versus_majority": summary["versus_majority"],
-                     "arithmetic_probe": arithmetic_probe(run, work, folder)}
+                     "arithmetic_probe": arithmetic_probe(run, work, kept / "probe-scores.jsonl")}
             if reference is None:
                 reference = (label, problems)
             else:
                 point["against"] = {"label": reference[0], **ranking.paired_problems(problems, reference[1])}
             result["points"].append(point)
             write_json_atomic(Path(args.out), result)
-            print(f"{name}: {cost['rows']} rows, {steps} steps, {cost['rollouts']} rollouts, within-problem AUROC "
+            print(f"{run_name}: {cost['rows']} rows, {steps} steps, {cost['rollouts']} rollouts, within-problem AUROC "
                   f"({ranking.PRIMARY}) {summary['auroc'][ranking.PRIMARY]:.3f}", flush=True)
     return result
 

@@ -82,7 +82,11 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
     assert against["best_of_8"]["difference"] == -1.0
     assert points[("exact", 8)]["arithmetic_probe"]["step_auroc"] == 1.0
     assert points[("omega", 20)]["rollouts"] == 3 * 25 and points[("exact", 20)]["problems"] == 5
-    assert trained["exact-8"][1] == 2 and trained["exact-20"][1] == 4  # ceil(25 rows / batch 8)
+    assert trained["exact-8-2-steps"][1] == 2 and trained["exact-20-4-steps"][1] == 4  # ceil(25 rows / batch 8)
+    # more steps on the same rows is another run, never the shorter one taken as done
+    data_curve.main(["--work", str(tmp_path), "--sizes", "8", "--labels", "exact", "--min-steps", "5",
+                     "--out", str(tmp_path / "longer.json")])
+    assert trained["exact-8-5-steps"][1] == 5 and trained["exact-8-2-steps"][1] == 2
     assert json.loads((tmp_path / "curve.json").read_text())["points"] == result["points"]
 
 
@@ -106,10 +110,10 @@ def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_ar
     for backbone in ("smollm2", "policy"):
         data_curve.main(["--work", str(tmp_path), "--sizes", "4", "--labels", "exact", "--min-steps", "2",
                          "--backbone", backbone, "--out", str(tmp_path / f"{backbone}.json")])
-    assert set(configs) == {"exact-4", "exact-4-policy"}
-    assert configs["exact-4-policy"]["model"]["base"] == "/policies/room"
-    assert configs["exact-4-policy"]["lora"]["top_layers"] is None
-    assert configs["exact-4"]["model"]["base"] == "smollm2-135m"
+    assert set(configs) == {"exact-4-2-steps", "exact-4-2-steps-policy"}
+    assert configs["exact-4-2-steps-policy"]["model"]["base"] == "/policies/room"
+    assert configs["exact-4-2-steps-policy"]["lora"]["top_layers"] is None
+    assert configs["exact-4-2-steps"]["model"]["base"] == "smollm2-135m"
     assert json.loads((tmp_path / "policy.json").read_text())["settings"]["backbone"] == "policy"
 
 
@@ -130,7 +134,7 @@ def test_the_arithmetic_probe_scores_fresh_equations_from_the_validation_right_s
         return out
 
     monkeypatch.setattr(ranking, "scored", checks_the_sum)
-    probe = data_curve.arithmetic_probe(tmp_path / "run", tmp_path, tmp_path)
+    probe = data_curve.arithmetic_probe(tmp_path / "run", tmp_path, tmp_path / "probe.jsonl")
     assert probe["rows"] == 3 * data_curve.PROBE_PER_SOLUTION  # from the right samples only
     assert probe["step_auroc"] == 1.0 and 0 < probe["true"] < probe["rows"]
     assert {r["prompt"] for r in seen["rows"]} == {r["prompt"] for r in val}
