@@ -144,14 +144,19 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
                         "tokens": sum(r["label"]["tokens"] for r in records)}
 
 
-def arithmetic_probe(run: Path, work: Path, cache: Path) -> dict:
-    """Whether a PRM checks `a op b = c` on its own: its step AUROC on fresh one-step arithmetic rows (true or a
-    slip away, even odds) drawn from the validation problems' right samples with a seed no training row used. A PRM
-    that scores these well but ranks the samples at chance has the skill and does not use it there; one that scores
-    these at chance never learned it."""
+def probe_rows(work: Path) -> Path:
+    """The arithmetic probe's rows, drawn once for every PRM: fresh one-step `a op b = c` rows (true or a slip away,
+    even odds) from the validation problems' right samples, with a seed no training row used."""
     probe_file = work / "val" / "arithmetic-probe.jsonl"
     rows = arithmetic_rows(read_jsonl(work / "val" / "prm-eval.jsonl"), PROBE_PER_SOLUTION, seed=PROBE_SEED)
     write_jsonl(rows, probe_file)
+    return probe_file
+
+
+def arithmetic_probe(run: Path, probe_file: Path, cache: Path) -> dict:
+    """Whether a PRM checks `a op b = c` on its own: its step AUROC on the probe's rows (probe_rows). A PRM that
+    scores these well but ranks the samples at chance has the skill and does not use it there; one that scores
+    these at chance never learned it."""
     chains = ranking.scored(run, probe_file, cache)
     truth = [bool(c["correct"]) for c in chains]
     return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc([c["scores"][0] for c in chains], truth)}
@@ -170,6 +175,7 @@ def main(argv=None) -> dict:
         raise SystemExit(f"{work / 'train' / 'prm-train.jsonl'} holds {available} of the policy's solutions; "
                          f"--sizes asks for {args.sizes[-1]}: sample more problems with bench/lifecycle/onpolicy.py")
     curve = work / "curve"
+    probe_file = probe_rows(work)
     result = {"command": "python bench/data_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "settings": {"backbone": args.backbone, "epochs": args.epochs, "min_steps": args.min_steps, "k": args.k,
@@ -200,7 +206,7 @@ def main(argv=None) -> dict:
             point = {"label": label, "solutions": solutions, "problems": len({r["prompt"] for r in rows_here}),
                      "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
                      "versus_majority": summary["versus_majority"],
-                     "arithmetic_probe": arithmetic_probe(run, work, kept / "probe-scores.jsonl")}
+                     "arithmetic_probe": arithmetic_probe(run, probe_file, kept / "probe-scores.jsonl")}
             if reference is None:
                 reference = (label, problems)
             else:

@@ -134,7 +134,7 @@ def test_the_arithmetic_probe_scores_fresh_equations_from_the_validation_right_s
         return out
 
     monkeypatch.setattr(ranking, "scored", checks_the_sum)
-    probe = data_curve.arithmetic_probe(tmp_path / "run", tmp_path, tmp_path / "probe.jsonl")
+    probe = data_curve.arithmetic_probe(tmp_path / "run", data_curve.probe_rows(tmp_path), tmp_path / "probe.jsonl")
     assert probe["rows"] == 3 * data_curve.PROBE_PER_SOLUTION  # from the right samples only
     assert probe["step_auroc"] == 1.0 and 0 < probe["true"] < probe["rows"]
     assert {r["prompt"] for r in seen["rows"]} == {r["prompt"] for r in val}
