@@ -13,13 +13,17 @@ source labels exactly those solutions:
 - exact-arith: the same, with `--arithmetic-per-solution` free one-step rows from each right solution whose
   equation's numbers are drawn anew, true or a slip away (bench/lifecycle/arithmetic_steps.py): the one skill
   bench/error_kinds.py finds the PRMs lacking, in the policy's own phrasing;
+- arith: those free rows alone, no solution: whether the skill can be taught at all, and what a PRM that only
+  checks sums makes of the samples;
 - omega, mc: `prmkit label --method omega|mc` on the solutions' own steps, rolled out by the policy that drew them.
 Every PRM is bench/ranking.py's recipe (step loss, SmolLM2 with LoRA on its top layers, or with `--backbone policy`
-the policy that drew the samples with LoRA on all its layers) for `--epochs` over its rows, scored on
+the policy that drew the samples with LoRA on all its layers; `--finetune full` trains every weight of the backbone
+instead, at `--lr`) for `--epochs` over its rows, scored on
 WORK/val/prm-eval.jsonl. At each size every source after the first is paired against the first, problem by problem
 (within-problem AUROC and best-of-8, with paired bootstrap intervals). Validation only: the curve chooses nothing,
 so no held-out file is read. Each PRM is also scored on fresh `a op b = c` rows drawn from the validation
-problems' right samples (the arithmetic probe: does it check the sums at all, whatever it does on the samples).
+problems' right samples (the arithmetic probe: does it check the sums at all, whatever it does on the samples);
+`--probe-checkpoints` scores the probe at each saved checkpoint too, the curve of the skill against steps.
 
 Each stage is kept under WORK/curve (labelled files, runs, scores): run the same command again after a kill to go on.
 """
@@ -46,10 +50,13 @@ from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E40
 
 PROBE_SEED = 1  # the training rows' draws use seed 0, so no probe row was trained on
 PROBE_PER_SOLUTION = 4
-LABELS = ("exact", "exact-pairs", "exact-arith", "omega", "mc")
-EXACT_LABELS = ("exact", "exact-pairs", "exact-arith")
+LABELS = ("exact", "exact-pairs", "exact-arith", "arith", "omega", "mc")
+EXACT_LABELS = ("exact", "exact-pairs", "exact-arith", "arith")
+ARITHMETIC_LABELS = ("exact-arith", "arith")  # the sources whose rows depend on --arithmetic-per-solution
 ROLLOUT_LABELS = ("omega", "mc")
 BATCH = 8  # bench/ranking.py's batch size
+DEFAULT_LR = {"lora": 5e-4, "full": 5e-5}  # lora: bench/ranking.py's; full: the usual range for a 135M model
+CHECKPOINTS = 4  # saved per run (bench/ranking.py saves every quarter of the steps)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -60,9 +67,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=float, default=1.0, help="passes over each PRM's rows")
     parser.add_argument("--min-steps", type=int, default=60, help="the fewest optimizer steps a PRM trains")
     parser.add_argument("--arithmetic-per-solution", type=int, default=4,
-                        help="exact-arith: auxiliary rows drawn from each right solution")
+                        help="exact-arith and arith: auxiliary rows drawn from each right solution")
     parser.add_argument("--backbone", choices=tuple(ranking.BACKBONES), default="smollm2",
                         help="the PRM's backbone: policy reads the samples with the policy that drew them")
+    parser.add_argument("--finetune", choices=tuple(DEFAULT_LR), default="lora",
+                        help="lora: bench/ranking.py's adapters; full: every weight of the backbone trains")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learning rate (default: " + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
+    parser.add_argument("--head-init", choices=("probe", "random"), default="probe",
+                        help="probe: bench/ranking.py's head, fitted on the frozen backbone first; random: a head "
+                        "that starts near 0, for a full fine-tune whose first steps a fitted head would throw off")
+    parser.add_argument("--probe-checkpoints", action="store_true",
+                        help="score the arithmetic probe at every saved checkpoint as well as at the end")
     parser.add_argument("--k", type=int, default=4, help="rollouts per measured step (omega and mc)")
     parser.add_argument("--policy", default=None,
                         help="the policy the rollouts come from (default: the one that drew WORK/train's samples)")
@@ -73,6 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sizes = sorted(int(s) for s in args.sizes.split(","))
     args.labels = [s.strip() for s in args.labels.split(",") if s.strip()]
+    args.lr = DEFAULT_LR[args.finetune] if args.lr is None else args.lr
     unknown = sorted(set(args.labels) - set(LABELS))
     if unknown:
         parser.error(f"--labels: unknown {', '.join(unknown)}; choose among {', '.join(LABELS)}")
@@ -123,8 +140,9 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
     policy_rows = [r for r in rows if drawn_by_policy(r)]
     train_file = folder / "train.jsonl"
     if label in EXACT_LABELS:
-        if label == "exact-arith":
-            chosen = policy_rows + arithmetic_rows(policy_rows, args.arithmetic_per_solution, seed=0)
+        if label in ARITHMETIC_LABELS:
+            chosen = arithmetic_rows(policy_rows, args.arithmetic_per_solution, seed=0)
+            chosen = policy_rows + chosen if label == "exact-arith" else chosen
         else:
             chosen = rows if label == "exact-pairs" else policy_rows
         write_jsonl(chosen, train_file)
@@ -162,6 +180,38 @@ def arithmetic_probe(run: Path, probe_file: Path, cache: Path) -> dict:
     return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc([c["scores"][0] for c in chains], truth)}
 
 
+def probe_by_step(run: Path, probe_file: Path, kept: Path) -> list[dict]:
+    """The arithmetic probe at each checkpoint the run kept: whether, and when, the skill is being learned."""
+    found = sorted(run.glob("checkpoint-*"), key=lambda c: int(c.name.rsplit("-", 1)[1]))
+    return [{"step": int(c.name.rsplit("-", 1)[1]),
+             **arithmetic_probe(c, probe_file, kept / f"probe-scores-{c.name}.jsonl")} for c in found]
+
+
+def run_name(name: str, steps: int, args) -> str:
+    """A run's name: its rows (NAME), its steps, and every setting that changes its training."""
+    recipe = "" if args.backbone == "smollm2" else f"-{args.backbone}"
+    if args.finetune != "lora" or args.lr != DEFAULT_LR["lora"]:
+        recipe += f"-{args.finetune}-lr{args.lr:g}"
+    if args.head_init != "probe":
+        recipe += f"-head-{args.head_init}"
+    return f"{name}-{steps}-steps{recipe}"
+
+
+def run_config(work: Path, curve: Path, name: str, steps: int, train_file: Path, args) -> dict:
+    """bench/ranking.py's recipe on TRAIN_FILE with the fine-tune and learning rate asked for."""
+    policy = policy_folder(args, work) if args.backbone == "policy" else None
+    config = ranking.prm_config(work, name, {}, steps, args.backbone, policy)
+    config["output_dir"], config["data"]["train"] = str(curve / "runs"), str(train_file)
+    config["training"].update(lr=args.lr, head_init=args.head_init)
+    if args.finetune == "full":
+        config["model"]["finetune"] = "full"
+        del config["lora"]
+    if args.probe_checkpoints:
+        # one checkpoint a quarter, all kept: the probe reads each
+        config["training"].update(save_steps=max(steps // CHECKPOINTS, 1), save_total_limit=None)
+    return config
+
+
 def steps_for(rows: int, epochs: float, min_steps: int) -> int:
     return max(min_steps, math.ceil(epochs * rows / BATCH))
 
@@ -178,7 +228,9 @@ def main(argv=None) -> dict:
     probe_file = probe_rows(work)
     result = {"command": "python bench/data_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "settings": {"backbone": args.backbone, "epochs": args.epochs, "min_steps": args.min_steps, "k": args.k,
+              "settings": {"backbone": args.backbone, "finetune": args.finetune, "lr": args.lr,
+                           "head_init": args.head_init,
+                           "epochs": args.epochs, "min_steps": args.min_steps, "k": args.k,
                            "arithmetic_per_solution": args.arithmetic_per_solution, "primary": ranking.PRIMARY,
                            "batch_size": BATCH},
               "validation": ranking.data_counts(work / "val", "prm-eval.jsonl"), "points": []}
@@ -189,31 +241,32 @@ def main(argv=None) -> dict:
         for label in args.labels:
             # a setting that changes a source's rows is in its folder's name and one that changes its training in
             # the run's, so a run of other rows or other steps is never taken as done
-            name = f"{label}-{args.arithmetic_per_solution}-{size}" if label == "exact-arith" else f"{label}-{size}"
+            name = f"{label}-{args.arithmetic_per_solution}-{size}" if label in ARITHMETIC_LABELS else f"{label}-{size}"
             folder = curve / name
             folder.mkdir(parents=True, exist_ok=True)
             train_file, cost = labelled(args, work, label, rows_here, folder)
             steps = steps_for(cost["rows"], args.epochs, args.min_steps)
-            run_name = f"{name}-{steps}-steps" + ("" if args.backbone == "smollm2" else f"-{args.backbone}")
-            kept = folder / run_name  # the run's config and scores
+            name_of_run = run_name(name, steps, args)
+            kept = folder / name_of_run  # the run's config and scores
             kept.mkdir(exist_ok=True)
-            policy = policy_folder(args, work) if args.backbone == "policy" else None
-            config = ranking.prm_config(work, run_name, {}, steps, args.backbone, policy)
-            config["output_dir"], config["data"]["train"] = str(curve / "runs"), str(train_file)
-            run = ranking.train_config(curve / "runs" / run_name, kept / "config.json", config)
+            config = run_config(work, curve, name_of_run, steps, train_file, args)
+            run = ranking.train_config(curve / "runs" / name_of_run, kept / "config.json", config)
             chains = ranking.scored(run, work / "val" / "prm-eval.jsonl", kept / "val-scores.jsonl")
             summary, problems = ranking.evaluate(chains)
             point = {"label": label, "solutions": solutions, "problems": len({r["prompt"] for r in rows_here}),
                      "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
                      "versus_majority": summary["versus_majority"],
                      "arithmetic_probe": arithmetic_probe(run, probe_file, kept / "probe-scores.jsonl")}
+            if args.probe_checkpoints:
+                point["arithmetic_probe"]["by_step"] = probe_by_step(run, probe_file, kept)
             if reference is None:
                 reference = (label, problems)
             else:
                 point["against"] = {"label": reference[0], **ranking.paired_problems(problems, reference[1])}
             result["points"].append(point)
             write_json_atomic(Path(args.out), result)
-            print(f"{run_name}: {cost['rows']} rows, {steps} steps, {cost['rollouts']} rollouts, within-problem AUROC "
+            print(f"{name_of_run}: {cost['rows']} rows, {steps} steps, {cost['rollouts']} rollouts, "
+                  f"within-problem AUROC "
                   f"({ranking.PRIMARY}) {summary['auroc'][ranking.PRIMARY]:.3f}", flush=True)
     return result
 

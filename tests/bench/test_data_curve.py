@@ -36,15 +36,17 @@ def test_a_size_takes_whole_problems_in_order_and_smaller_sizes_are_prefixes():
 
 def test_exact_sources_take_the_files_labels_with_the_minimal_pairs_or_arithmetic_rows(tmp_path):
     rows = rows_of(problems=2, samples=2)
-    args = data_curve.parse_args(["--work", str(tmp_path), "--labels", "exact,exact-pairs,exact-arith",
+    args = data_curve.parse_args(["--work", str(tmp_path), "--labels", "exact,exact-pairs,exact-arith,arith",
                                   "--arithmetic-per-solution", "3"])
     # 2 problems x 2 samples, one right each: 2 minimal pairs, 3 arithmetic rows from each right solution
-    for label, expected in (("exact", 4), ("exact-pairs", 6), ("exact-arith", 4 + 2 * 3)):
+    for label, expected in (("exact", 4), ("exact-pairs", 6), ("exact-arith", 4 + 2 * 3), ("arith", 2 * 3)):
         folder = tmp_path / label
         folder.mkdir()
         train_file, cost = data_curve.labelled(args, tmp_path, label, rows, folder)
         assert cost == {"rows": expected, "rollouts": 0, "tokens": 0}
         assert len(train_file.read_text().splitlines()) == expected
+    arith = [json.loads(line) for line in (tmp_path / "arith" / "train.jsonl").read_text().splitlines()]
+    assert {r["source"] for r in arith} == {"arithmetic"} and all(len(r["completions"]) == 1 for r in arith)
 
 
 def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, monkeypatch):
@@ -115,6 +117,53 @@ def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_ar
     assert configs["exact-4-2-steps-policy"]["lora"]["top_layers"] is None
     assert configs["exact-4-2-steps"]["model"]["base"] == "smollm2-135m"
     assert json.loads((tmp_path / "policy.json").read_text())["settings"]["backbone"] == "policy"
+
+
+def test_a_full_fine_tune_trains_every_weight_at_its_own_lr_in_a_run_of_its_own(tmp_path, monkeypatch):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "val").mkdir()
+    rows = rows_of(problems=2, samples=2)
+    (tmp_path / "train" / "prm-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "val" / "prm-eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    configs = {}
+
+    def fake_train(run, config_file, config):
+        configs[run.name] = config
+        return run
+
+    monkeypatch.setattr(ranking, "train_config", fake_train)
+    monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
+        {"prompt": "v", "correct": True, "answer": "1", "scores": [0.9]},
+        {"prompt": "v", "correct": False, "answer": "2", "scores": [0.1]}])
+    base = ["--work", str(tmp_path), "--sizes", "4", "--labels", "exact", "--min-steps", "8"]
+    data_curve.main([*base, "--out", str(tmp_path / "lora.json")])
+    result = data_curve.main([*base, "--finetune", "full", "--out", str(tmp_path / "full.json")])
+    data_curve.main([*base, "--finetune", "full", "--lr", "1e-4", "--probe-checkpoints",
+                     "--out", str(tmp_path / "full-1e-4.json")])
+    data_curve.main([*base, "--head-init", "random", "--out", str(tmp_path / "random.json")])
+    assert set(configs) == {"exact-4-8-steps", "exact-4-8-steps-full-lr5e-05", "exact-4-8-steps-full-lr0.0001",
+                            "exact-4-8-steps-head-random"}
+    assert configs["exact-4-8-steps-head-random"]["training"]["head_init"] == "random"
+    assert configs["exact-4-8-steps"]["training"]["head_init"] == "probe"
+    lora, full = configs["exact-4-8-steps"], configs["exact-4-8-steps-full-lr5e-05"]
+    assert lora["model"]["finetune"] == "lora" and lora["training"]["lr"] == data_curve.DEFAULT_LR["lora"]
+    assert full["model"]["finetune"] == "full" and "lora" not in full  # prmkit refuses lora keys on a full run
+    assert full["training"]["lr"] == data_curve.DEFAULT_LR["full"]
+    assert result["settings"]["finetune"] == "full" and result["settings"]["lr"] == data_curve.DEFAULT_LR["full"]
+    # the probe's curve needs every checkpoint kept, a quarter of the steps apart
+    probed = configs["exact-4-8-steps-full-lr0.0001"]["training"]
+    assert probed["save_total_limit"] is None and probed["save_steps"] == 2 and probed["lr"] == 1e-4
+    assert "save_total_limit" not in full["training"]
+
+
+def test_the_probe_curve_reads_every_checkpoint_in_step_order(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    for step in (100, 25, 50):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+    monkeypatch.setattr(data_curve, "arithmetic_probe", lambda checkpoint, probe_file, cache: {
+        "rows": 4, "true": 2, "step_auroc": int(checkpoint.name.rsplit("-", 1)[1]) / 100})
+    curve = data_curve.probe_by_step(run, tmp_path / "probe.jsonl", tmp_path)
+    assert [(c["step"], c["step_auroc"]) for c in curve] == [(25, 0.25), (50, 0.5), (100, 1.0)]
 
 
 def test_the_arithmetic_probe_scores_fresh_equations_from_the_validation_right_samples(tmp_path, monkeypatch):
