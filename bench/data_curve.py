@@ -22,7 +22,8 @@ instead, at `--lr`) for `--epochs` over its rows, scored on
 WORK/val/prm-eval.jsonl. At each size every source after the first is paired against the first, problem by problem
 (within-problem AUROC and best-of-8, with paired bootstrap intervals). Validation only: the curve chooses nothing,
 so no held-out file is read. Each PRM is also scored on fresh `a op b = c` rows drawn from the validation
-problems' right samples (the arithmetic probe: does it check the sums at all, whatever it does on the samples);
+problems' right samples (the arithmetic probe: does it check the sums at all, whatever it does on the samples),
+pooled and between rows of the same words whose numbers differ;
 `--probe-checkpoints` scores the probe at each saved checkpoint too, the curve of the skill against steps.
 
 Each stage is kept under WORK/curve (labelled files, runs, scores): run the same command again after a kill to go on.
@@ -31,6 +32,7 @@ Each stage is kept under WORK/curve (labelled files, runs, scores): run the same
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -45,7 +47,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import ranking  # noqa: E402
 from lifecycle.arithmetic_steps import arithmetic_rows  # noqa: E402
-from prmkit.evaluation.metrics import auroc  # noqa: E402
+from lifecycle.exact import NUMBER  # noqa: E402
+from prmkit.evaluation.metrics import auroc, within_problem_auroc  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
 PROBE_SEED = 1  # the training rows' draws use seed 0, so no probe row was trained on
@@ -164,27 +167,50 @@ def labelled(args, work: Path, label: str, rows: list[dict], folder: Path) -> tu
 
 def probe_rows(work: Path) -> Path:
     """The arithmetic probe's rows, drawn once for every PRM: fresh one-step `a op b = c` rows (true or a slip away,
-    even odds) from the validation problems' right samples, with a seed no training row used."""
+    even odds) from the validation problems' right samples, with a seed no training row used. Each distinct right
+    sample draws once: a policy repeats its right samples word for word, and every copy would draw the same rows."""
     probe_file = work / "val" / "arithmetic-probe.jsonl"
-    rows = arithmetic_rows(read_jsonl(work / "val" / "prm-eval.jsonl"), PROBE_PER_SOLUTION, seed=PROBE_SEED)
+    right = list({(r["prompt"], tuple(r["completions"])): r for r in read_jsonl(work / "val" / "prm-eval.jsonl")
+                  if r.get("correct")}.values())
+    drawn = arithmetic_rows(right, PROBE_PER_SOLUTION, seed=PROBE_SEED)
+    rows = list({(r["prompt"], r["completions"][0]): r for r in drawn}.values())
     write_jsonl(rows, probe_file)
     return probe_file
 
 
-def arithmetic_probe(run: Path, probe_file: Path, cache: Path) -> dict:
-    """Whether a PRM checks `a op b = c` on its own: its step AUROC on the probe's rows (probe_rows). A PRM that
+def phrasing(row: dict) -> tuple[str, str]:
+    """A probe row's prompt and words with every number masked: rows that differ only in their numbers."""
+    return row["prompt"], NUMBER.sub("#", row["completions"][0])
+
+
+def arithmetic_probe(run: Path, probe_file: Path, cache_folder: Path, cache_name: str = "probe-scores") -> dict:
+    """Whether a PRM checks `a op b = c` on its own: its scores on the probe's rows (probe_rows). A PRM that
     scores these well but ranks the samples at chance has the skill and does not use it there; one that scores
-    these at chance never learned it."""
-    chains = ranking.scored(run, probe_file, cache)
+    these at chance never learned it. `step_auroc` pools every row; `within_phrasing` compares only a true and a
+    false row of the same words (numbers aside), so a PRM that scores some phrasings higher than others, which
+    says nothing of the sums, is not counted for or against. The scores are kept per probe (its rows' digest):
+    another probe is scored anew."""
+    digest = hashlib.sha256(probe_file.read_bytes()).hexdigest()[:12]
+    chains = ranking.scored(run, probe_file, cache_folder / f"{cache_name}-{digest}.jsonl")
+    rows = read_jsonl(probe_file)
     truth = [bool(c["correct"]) for c in chains]
-    return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc([c["scores"][0] for c in chains], truth)}
+    scores = [c["scores"][0] for c in chains]
+    by_phrasing: dict[tuple[str, str], tuple[list, list]] = {}
+    for row, score, right in zip(rows, scores, truth):
+        group = by_phrasing.setdefault(phrasing(row), ([], []))
+        group[0].append(score)
+        group[1].append(right)
+    within = within_problem_auroc(list(by_phrasing.values()))
+    return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc(scores, truth),
+            "within_phrasing": {"auroc": within["auroc"], "auroc_pooled": within["auroc_pooled"],
+                                "phrasings": within["problems"], "pairs": within["pairs"]}}
 
 
 def probe_by_step(run: Path, probe_file: Path, kept: Path) -> list[dict]:
     """The arithmetic probe at each checkpoint the run kept: whether, and when, the skill is being learned."""
     found = sorted(run.glob("checkpoint-*"), key=lambda c: int(c.name.rsplit("-", 1)[1]))
     return [{"step": int(c.name.rsplit("-", 1)[1]),
-             **arithmetic_probe(c, probe_file, kept / f"probe-scores-{c.name}.jsonl")} for c in found]
+             **arithmetic_probe(c, probe_file, kept, f"probe-scores-{c.name}")} for c in found]
 
 
 def run_name(name: str, steps: int, args) -> str:
@@ -256,7 +282,7 @@ def main(argv=None) -> dict:
             point = {"label": label, "solutions": solutions, "problems": len({r["prompt"] for r in rows_here}),
                      "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
                      "versus_majority": summary["versus_majority"],
-                     "arithmetic_probe": arithmetic_probe(run, probe_file, kept / "probe-scores.jsonl")}
+                     "arithmetic_probe": arithmetic_probe(run, probe_file, kept)}
             if args.probe_checkpoints:
                 point["arithmetic_probe"]["by_step"] = probe_by_step(run, probe_file, kept)
             if reference is None:

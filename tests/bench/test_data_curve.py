@@ -160,7 +160,7 @@ def test_the_probe_curve_reads_every_checkpoint_in_step_order(tmp_path, monkeypa
     run = tmp_path / "run"
     for step in (100, 25, 50):
         (run / f"checkpoint-{step}").mkdir(parents=True)
-    monkeypatch.setattr(data_curve, "arithmetic_probe", lambda checkpoint, probe_file, cache: {
+    monkeypatch.setattr(data_curve, "arithmetic_probe", lambda checkpoint, probe_file, folder, name: {
         "rows": 4, "true": 2, "step_auroc": int(checkpoint.name.rsplit("-", 1)[1]) / 100})
     curve = data_curve.probe_by_step(run, tmp_path / "probe.jsonl", tmp_path)
     assert [(c["step"], c["step_auroc"]) for c in curve] == [(25, 0.25), (50, 0.5), (100, 1.0)]
@@ -183,12 +183,42 @@ def test_the_arithmetic_probe_scores_fresh_equations_from_the_validation_right_s
         return out
 
     monkeypatch.setattr(ranking, "scored", checks_the_sum)
-    probe = data_curve.arithmetic_probe(tmp_path / "run", data_curve.probe_rows(tmp_path), tmp_path / "probe.jsonl")
-    assert probe["rows"] == 3 * data_curve.PROBE_PER_SOLUTION  # from the right samples only
+    probe = data_curve.arithmetic_probe(tmp_path / "run", data_curve.probe_rows(tmp_path), tmp_path)
+    assert probe["rows"] == len({(r["prompt"], r["completions"][0]) for r in seen["rows"]})  # no row twice
+    assert probe["rows"] <= 3 * data_curve.PROBE_PER_SOLUTION  # from the right samples only
     assert probe["step_auroc"] == 1.0 and 0 < probe["true"] < probe["rows"]
     assert {r["prompt"] for r in seen["rows"]} == {r["prompt"] for r in val}
     # fresh numbers: not one probe row repeats a validation step
     assert not {r["completions"][0] for r in seen["rows"]} & {c for r in val for c in r["completions"]}
+
+
+def test_the_probe_draws_once_per_distinct_right_sample(tmp_path):
+    (tmp_path / "val").mkdir()
+    val = rows_of(problems=2, samples=2, pairs=0)
+    copies = [r for r in val if r["correct"]] * 5  # a sharp policy writes its right sample again, word for word
+    (tmp_path / "val" / "prm-eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in val + copies))
+    once = [json.loads(line) for line in data_curve.probe_rows(tmp_path).read_text().splitlines()]
+    (tmp_path / "val" / "prm-eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in val))
+    assert once == [json.loads(line) for line in data_curve.probe_rows(tmp_path).read_text().splitlines()]
+    assert len({(r["prompt"], r["completions"][0]) for r in once}) == len(once)
+
+
+def test_within_phrasing_pairs_only_rows_of_the_same_words(tmp_path, monkeypatch):
+    rows = [{"prompt": "p", "completions": [step], "labels": [int(ok)], "correct": ok}
+            for step, ok in (("Tom has 2 + 3 = 5 apples.", True), ("Tom has 4 + 4 = 9 apples.", False),
+                             ("Ann pays 6 * 2 = 12 dollars.", True), ("Ann pays 3 * 3 = 10 dollars.", False),
+                             ("Ann pays 7 * 1 = 7 dollars.", True))]
+    probe_file = tmp_path / "probe.jsonl"
+    probe_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # a PRM that checks every sum but scores Tom's words higher than Ann's whatever the numbers: pooled, Tom's
+    # false row beats Ann's true ones and the sums look half learned
+    scores = [0.8, 0.7, 0.3, 0.2, 0.25]
+    monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
+        {"correct": r["correct"], "scores": [s]} for r, s in zip(rows, scores)])
+    probe = data_curve.arithmetic_probe(tmp_path / "run", probe_file, tmp_path)
+    assert probe["within_phrasing"]["phrasings"] == 2 and probe["within_phrasing"]["pairs"] == 1 + 2
+    assert probe["within_phrasing"]["auroc"] == 1.0  # every true row above the false row of the same words
+    assert probe["step_auroc"] == 4 / 6
 
 
 def test_sizes_beyond_the_sampled_solutions_say_how_to_get_more(tmp_path):
