@@ -238,6 +238,16 @@ def run_config(work: Path, curve: Path, name: str, steps: int, train_file: Path,
     return config
 
 
+def loss_ends(log: list[dict], window: int = 3) -> dict:
+    """The mean logged training loss over the first and the last WINDOW logs: whether the PRM fit its own rows at
+    all (a step loss near log 2 = 0.693 on balanced labels is a head that learned nothing)."""
+    losses = [entry["loss"] for entry in log]
+    if not losses:
+        return {"first": None, "last": None}
+    return {"first": round(sum(losses[:window]) / len(losses[:window]), 4),
+            "last": round(sum(losses[-window:]) / len(losses[-window:]), 4)}
+
+
 def steps_for(rows: int, epochs: float, min_steps: int) -> int:
     return max(min_steps, math.ceil(epochs * rows / BATCH))
 
@@ -283,6 +293,7 @@ def main(argv=None) -> dict:
                      "steps": steps, **cost, "auroc": summary["auroc"], "auroc_pooled": summary["auroc_pooled"],
                      "versus_majority": summary["versus_majority"],
                      "arithmetic_probe": arithmetic_probe(run, probe_file, kept)}
+            point["training_loss"] = loss_ends(ranking.training_log(run))
             if args.probe_checkpoints:
                 point["arithmetic_probe"]["by_step"] = probe_by_step(run, probe_file, kept)
             if reference is None:

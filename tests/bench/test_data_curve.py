@@ -66,6 +66,7 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
                 {"prompt": "v", "correct": False, "answer": "2", "scores": [wrong]}]
 
     monkeypatch.setattr(ranking, "train_config", fake_train)
+    monkeypatch.setattr(ranking, "training_log", lambda run: [{"step": 10, "loss": 0.69}, {"step": 20, "loss": 0.5}])
     monkeypatch.setattr(ranking, "scored", lambda run, data, cache: chains(0.9, 0.1) if "exact" in run.name
                         else chains(0.1, 0.9))
     monkeypatch.setattr(data_curve, "labelled", lambda args, work, label, rows, folder: (
@@ -83,6 +84,7 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
     assert against["within_problem_auroc"]["difference"] == -1.0
     assert against["best_of_8"]["difference"] == -1.0
     assert points[("exact", 8)]["arithmetic_probe"]["step_auroc"] == 1.0
+    assert points[("exact", 8)]["training_loss"] == {"first": 0.595, "last": 0.595}
     assert points[("omega", 20)]["rollouts"] == 3 * 25 and points[("exact", 20)]["problems"] == 5
     assert trained["exact-8-2-steps"][1] == 2 and trained["exact-20-4-steps"][1] == 4  # ceil(25 rows / batch 8)
     # more steps on the same rows is another run, never the shorter one taken as done
@@ -106,6 +108,7 @@ def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_ar
         return run
 
     monkeypatch.setattr(ranking, "train_config", fake_train)
+    monkeypatch.setattr(ranking, "training_log", lambda run: [{"step": 10, "loss": 0.69}, {"step": 20, "loss": 0.5}])
     monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
         {"prompt": "v", "correct": True, "answer": "1", "scores": [0.9]},
         {"prompt": "v", "correct": False, "answer": "2", "scores": [0.1]}])
@@ -132,6 +135,7 @@ def test_a_full_fine_tune_trains_every_weight_at_its_own_lr_in_a_run_of_its_own(
         return run
 
     monkeypatch.setattr(ranking, "train_config", fake_train)
+    monkeypatch.setattr(ranking, "training_log", lambda run: [{"step": 10, "loss": 0.69}, {"step": 20, "loss": 0.5}])
     monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
         {"prompt": "v", "correct": True, "answer": "1", "scores": [0.9]},
         {"prompt": "v", "correct": False, "answer": "2", "scores": [0.1]}])
@@ -219,6 +223,13 @@ def test_within_phrasing_pairs_only_rows_of_the_same_words(tmp_path, monkeypatch
     assert probe["within_phrasing"]["phrasings"] == 2 and probe["within_phrasing"]["pairs"] == 1 + 2
     assert probe["within_phrasing"]["auroc"] == 1.0  # every true row above the false row of the same words
     assert probe["step_auroc"] == 4 / 6
+
+
+def test_the_training_loss_is_summed_up_at_both_ends():
+    log = [{"step": 10 * i, "loss": loss} for i, loss in enumerate([0.9, 0.7, 0.8, 0.6, 0.5, 0.4, 0.3], 1)]
+    assert data_curve.loss_ends(log) == {"first": 0.8, "last": 0.4}
+    assert data_curve.loss_ends(log[:1]) == {"first": 0.9, "last": 0.9}
+    assert data_curve.loss_ends([]) == {"first": None, "last": None}
 
 
 def test_sizes_beyond_the_sampled_solutions_say_how_to_get_more(tmp_path):
