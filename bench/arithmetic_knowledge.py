@@ -1,0 +1,122 @@
+"""Does the language model under a PRM know the sums the arithmetic probe asks? Each probe row (bench/data_curve.py:
+a step of a right validation sample with its equation's numbers drawn anew, true or a slip away) is scored by a
+causal LM's own log-probability of the result it states, given the problem and the step up to the `=`. A model that
+knows `a op b` puts more mass on the true result than on a slip, so it orders true rows above false ones of the
+same words; a PRM on that backbone then has the skill to read out, and one that scores the probe at chance failed
+to learn the reading, not the sums.
+
+    python bench/data_curve.py --work /work/curve-room ...          # writes WORK/val/arithmetic-probe.jsonl
+    python bench/arithmetic_knowledge.py --work /work/curve-room --models policy,smollm2-135m
+
+`policy` is the policy that drew WORK/train's samples; any other name is a local folder or a prmkit alias
+(`smollm2-135m`, the PRMs' backbone before it is cut to its first layers). Validation only: the probe is drawn from
+validation problems, and this chooses nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from data_curve import phrasing  # noqa: E402
+from prmkit.evaluation.metrics import auroc, within_problem_auroc  # noqa: E402
+from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
+
+EQUATION = re.compile(r"(\d+) ([-+*/x]) (\d+) = (\d+(?:\.\d+)?)")
+
+
+def split_at_result(step: str) -> tuple[str, str]:
+    """The step up to its last equation's result, and that result as written (the tokens the model is asked for)."""
+    found = list(EQUATION.finditer(step))
+    if not found:
+        raise ValueError(f"no `a op b = c` in the probe step {step!r}")
+    last = found[-1]
+    return step[:last.start(4)], last.group(4)
+
+
+def knowledge(rows: list[dict], result_logprobs) -> dict:
+    """The probe's AUROCs with each row scored by `result_logprobs(rows)`: one log-prob of the stated result per row."""
+    scores = result_logprobs(rows)
+    truth = [bool(r["correct"]) for r in rows]
+    by_phrasing: dict[tuple[str, str], tuple[list, list]] = {}
+    for row, score, right in zip(rows, scores, truth):
+        group = by_phrasing.setdefault(phrasing(row), ([], []))
+        group[0].append(score)
+        group[1].append(right)
+    within = within_problem_auroc(list(by_phrasing.values()))
+    return {"rows": len(rows), "true": sum(truth), "step_auroc": auroc(scores, truth),
+            "within_phrasing": {"auroc": within["auroc"], "auroc_pooled": within["auroc_pooled"],
+                                "phrasings": within["problems"], "pairs": within["pairs"]}}
+
+
+def model_logprobs(folder: str):
+    """A `result_logprobs` for the causal LM in FOLDER: the problem in its chat template, then the step up to the
+    result, teacher-forced."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prmkit.generation.base import chat_prompt
+    from prmkit.generation.confidence import completion_logprobs
+    from prmkit.generation.options import DEFAULT_SYSTEM_PROMPT
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+    def score(rows: list[dict]) -> list[float]:
+        prompts, completions = [], []
+        for row in rows:
+            head, result = split_at_result(row["completions"][0])
+            prompts.append(tokenizer(chat_prompt(tokenizer, row["prompt"], head, DEFAULT_SYSTEM_PROMPT),
+                                     add_special_tokens=False)["input_ids"])
+            completions.append(tokenizer(result, add_special_tokens=False)["input_ids"])
+        return [r.logprob for r in completion_logprobs(model, prompts, completions, batch_size=16)]
+
+    return score
+
+
+def model_folder(name: str, work: Path) -> str:
+    if name == "policy":
+        return read_jsonl(work / "train" / "samples.jsonl")[0]["settings"]["policy"]
+    from prmkit.backbones import resolve_base
+
+    return resolve_base(name)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="bench/data_curve.py's work folder (its val/ holds the probe)")
+    parser.add_argument("--models", default="policy,smollm2-135m",
+                        help="comma-separated: policy, a prmkit alias or a local model folder")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "arithmetic_knowledge.json"))
+    return parser.parse_args(argv)
+
+
+def main(argv=None, result_logprobs_for=model_logprobs) -> dict:
+    args = parse_args(argv)
+    work = Path(args.work).resolve()
+    probe_file = work / "val" / "arithmetic-probe.jsonl"
+    if not probe_file.is_file():
+        raise SystemExit(f"{probe_file} not found: run bench/data_curve.py --work {work} first (it draws the probe)")
+    rows = read_jsonl(probe_file)
+    result = {"command": "python bench/arithmetic_knowledge.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "probe": str(probe_file), "models": {}}
+    for name in (m.strip() for m in args.models.split(",") if m.strip()):
+        folder = model_folder(name, work)
+        result["models"][name] = {"folder": folder, **knowledge(rows, result_logprobs_for(folder))}
+        write_json_atomic(Path(args.out), result)
+        within = result["models"][name]["within_phrasing"]["auroc"]
+        print(f"{name}: the stated result's log-prob orders true above false rows of the same words "
+              f"{within:.3f} of the time", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
