@@ -52,7 +52,7 @@ from prmkit.evaluation.metrics import auroc, within_problem_auroc  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
 PROBE_SEED = 1  # the training rows' draws use seed 0, so no probe row was trained on
-PROBE_PER_SOLUTION = 4
+PROBE_PER_SOLUTION = 16  # rows per distinct right sample: enough pairs of the same words to tell 0.5 from 0.6
 LABELS = ("exact", "exact-pairs", "exact-arith", "arith", "omega", "mc")
 EXACT_LABELS = ("exact", "exact-pairs", "exact-arith", "arith")
 ARITHMETIC_LABELS = ("exact-arith", "arith")  # the sources whose rows depend on --arithmetic-per-solution
