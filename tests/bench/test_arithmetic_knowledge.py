@@ -49,6 +49,35 @@ def test_a_model_that_knows_the_sums_orders_every_pair_of_the_same_words(tmp_pat
     assert json.loads((tmp_path / "k.json").read_text()) == result
 
 
+def test_each_stated_result_is_read_after_the_steps_before_it():
+    row = {"prompt": "p", "completions": ["Tom has 2 + 3 = 5 apples.", "Then 5 * 2 = 10, and 10 - 1 = 9."]}
+    assert arithmetic_knowledge.stated_results(row) == [
+        ("Tom has 2 + 3 = ", "5"),
+        ("Tom has 2 + 3 = 5 apples.\n\nThen 5 * 2 = ", "10"),
+        ("Tom has 2 + 3 = 5 apples.\n\nThen 5 * 2 = 10, and 10 - 1 = ", "9")]
+
+
+def test_samples_are_ordered_by_their_least_likely_result_within_a_problem():
+    def sample(problem, steps, right):
+        return {"prompt": problem, "completions": steps, "correct": right}
+
+    rows = [sample("p", ["2 + 3 = 5.", "5 * 2 = 10."], True), sample("p", ["2 + 3 = 5.", "5 * 2 = 11."], False),
+            sample("q", ["4 - 1 = 3."], True), sample("q", ["4 - 1 = 2."], False),
+            sample("q", ["No sums here."], False)]
+
+    def knows_sums(problems, heads, results):  # a confident 0 on a true result, -3 per token on a slip
+        out = []
+        for head, result in zip(heads, results):
+            a, op, b = head.rsplit("= ", 1)[0].split()[-3:]
+            out.append((0.0 if eval(f"{a} {op} {b}") == int(result) else -3.0 * len(result), len(result)))
+        return out
+
+    assert arithmetic_knowledge.least_likely_results(rows, knows_sums) == [0.0, -3.0, 0.0, -3.0, None]
+    found = arithmetic_knowledge.on_samples(rows, knows_sums)
+    assert found["auroc"] == 1.0 and found["problems"] == 2 and found["pairs"] == 2  # the unscored one is left out
+    assert found["samples"] == 5 and found["scored"] == 4
+
+
 def test_no_probe_says_which_command_draws_it(tmp_path):
     with pytest.raises(SystemExit, match="data_curve.py"):
         arithmetic_knowledge.main(["--work", str(tmp_path), "--out", str(tmp_path / "k.json")])
