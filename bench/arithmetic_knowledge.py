@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from data_curve import phrasing  # noqa: E402
+from data_curve import probe_figures  # noqa: E402
 from lifecycle.exact import equations  # noqa: E402
 from lifecycle.onpolicy import DELIMITER  # noqa: E402
-from prmkit.evaluation.metrics import auroc, within_problem_auroc  # noqa: E402
+from prmkit.evaluation.metrics import within_problem_auroc  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic  # noqa: E402
 
 EQUATION = re.compile(r"(\d+) ([-+*/x]) (\d+) = (\d+(?:\.\d+)?)")
@@ -50,17 +50,7 @@ def split_at_result(step: str) -> tuple[str, str]:
 
 def knowledge(rows: list[dict], result_logprobs) -> dict:
     """The probe's AUROCs with each row scored by `result_logprobs(rows)`: one log-prob of the stated result per row."""
-    scores = result_logprobs(rows)
-    truth = [bool(r["correct"]) for r in rows]
-    by_phrasing: dict[tuple[str, str], tuple[list, list]] = {}
-    for row, score, right in zip(rows, scores, truth):
-        group = by_phrasing.setdefault(phrasing(row), ([], []))
-        group[0].append(score)
-        group[1].append(right)
-    within = within_problem_auroc(list(by_phrasing.values()))
-    return {"rows": len(rows), "true": sum(truth), "step_auroc": auroc(scores, truth),
-            "within_phrasing": {"auroc": within["auroc"], "auroc_pooled": within["auroc_pooled"],
-                                "phrasings": within["problems"], "pairs": within["pairs"]}}
+    return probe_figures(rows, result_logprobs(rows), [bool(r["correct"]) for r in rows])
 
 
 def stated_results(row: dict) -> list[tuple[str, str]]:

@@ -193,15 +193,18 @@ def arithmetic_probe(run: Path, probe_file: Path, cache_folder: Path, cache_name
     digest = hashlib.sha256(probe_file.read_bytes()).hexdigest()[:12]
     chains = ranking.scored(run, probe_file, cache_folder / f"{cache_name}-{digest}.jsonl")
     rows = read_jsonl(probe_file)
-    truth = [bool(c["correct"]) for c in chains]
-    scores = [c["scores"][0] for c in chains]
+    return probe_figures(rows, [c["scores"][0] for c in chains], [bool(c["correct"]) for c in chains])
+
+
+def probe_figures(rows: list[dict], scores: list[float], truth: list[bool]) -> dict:
+    """The probe's AUROCs for one score per row: pooled, and between rows of the same words (`phrasing`)."""
     by_phrasing: dict[tuple[str, str], tuple[list, list]] = {}
     for row, score, right in zip(rows, scores, truth):
         group = by_phrasing.setdefault(phrasing(row), ([], []))
         group[0].append(score)
         group[1].append(right)
     within = within_problem_auroc(list(by_phrasing.values()))
-    return {"rows": len(chains), "true": sum(truth), "step_auroc": auroc(scores, truth),
+    return {"rows": len(truth), "true": sum(truth), "step_auroc": auroc(scores, truth),
             "within_phrasing": {"auroc": within["auroc"], "auroc_pooled": within["auroc_pooled"],
                                 "phrasings": within["problems"], "pairs": within["pairs"]}}
 

@@ -94,13 +94,15 @@ def test_points_report_rows_steps_and_rollouts_on_the_same_solutions(tmp_path, m
     assert json.loads((tmp_path / "curve.json").read_text())["points"] == result["points"]
 
 
-def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_are_apart(tmp_path, monkeypatch):
-    (tmp_path / "train").mkdir()
-    (tmp_path / "val").mkdir()
+def recorded_configs(work, monkeypatch) -> dict:
+    """A work folder of 2 problems x 2 samples drawn by /policies/room, with training and scoring faked: the
+    returned dict collects each run's config under its name."""
+    (work / "train").mkdir()
+    (work / "val").mkdir()
     rows = rows_of(problems=2, samples=2)
-    (tmp_path / "train" / "prm-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "train" / "samples.jsonl").write_text(json.dumps({"settings": {"policy": "/policies/room"}}) + "\n")
-    (tmp_path / "val" / "prm-eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    (work / "train" / "prm-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "train" / "samples.jsonl").write_text(json.dumps({"settings": {"policy": "/policies/room"}}) + "\n")
+    (work / "val" / "prm-eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
     configs = {}
 
     def fake_train(run, config_file, config):
@@ -112,6 +114,11 @@ def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_ar
     monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
         {"prompt": "v", "correct": True, "answer": "1", "scores": [0.9]},
         {"prompt": "v", "correct": False, "answer": "2", "scores": [0.1]}])
+    return configs
+
+
+def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_are_apart(tmp_path, monkeypatch):
+    configs = recorded_configs(tmp_path, monkeypatch)
     for backbone in ("smollm2", "policy"):
         data_curve.main(["--work", str(tmp_path), "--sizes", "4", "--labels", "exact", "--min-steps", "2",
                          "--backbone", backbone, "--out", str(tmp_path / f"{backbone}.json")])
@@ -123,22 +130,7 @@ def test_the_policy_backbone_is_the_policy_that_drew_the_samples_and_its_runs_ar
 
 
 def test_a_full_fine_tune_trains_every_weight_at_its_own_lr_in_a_run_of_its_own(tmp_path, monkeypatch):
-    (tmp_path / "train").mkdir()
-    (tmp_path / "val").mkdir()
-    rows = rows_of(problems=2, samples=2)
-    (tmp_path / "train" / "prm-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "val" / "prm-eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
-    configs = {}
-
-    def fake_train(run, config_file, config):
-        configs[run.name] = config
-        return run
-
-    monkeypatch.setattr(ranking, "train_config", fake_train)
-    monkeypatch.setattr(ranking, "training_log", lambda run: [{"step": 10, "loss": 0.69}, {"step": 20, "loss": 0.5}])
-    monkeypatch.setattr(ranking, "scored", lambda run, data, cache: [
-        {"prompt": "v", "correct": True, "answer": "1", "scores": [0.9]},
-        {"prompt": "v", "correct": False, "answer": "2", "scores": [0.1]}])
+    configs = recorded_configs(tmp_path, monkeypatch)
     base = ["--work", str(tmp_path), "--sizes", "4", "--labels", "exact", "--min-steps", "8"]
     data_curve.main([*base, "--out", str(tmp_path / "lora.json")])
     result = data_curve.main([*base, "--finetune", "full", "--out", str(tmp_path / "full.json")])
