@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from data_curve import probe_figures  # noqa: E402
+from data_curve import probe_figures, sampling_policy  # noqa: E402
 from lifecycle.exact import equations  # noqa: E402
 from lifecycle.onpolicy import DELIMITER  # noqa: E402
 from prmkit.evaluation.metrics import within_problem_auroc  # noqa: E402
@@ -123,7 +123,7 @@ def model_logprobs(folder: str):
 
 def model_folder(name: str, work: Path) -> str:
     if name == "policy":
-        return read_jsonl(work / "train" / "samples.jsonl")[0]["settings"]["policy"]
+        return sampling_policy(work)
     from prmkit.backbones import resolve_base
 
     return resolve_base(name)
@@ -149,13 +149,13 @@ def main(argv=None, result_logprobs_for=model_logprobs) -> dict:
     rows = read_jsonl(probe_file)
     result = {"command": "python bench/arithmetic_knowledge.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "probe": str(probe_file), "models": {}}
+    samples = read_jsonl(work / "val" / "prm-eval.jsonl") if args.samples else None
     for name in (m.strip() for m in args.models.split(",") if m.strip()):
         folder = model_folder(name, work)
         scorer = result_logprobs_for(folder)
         result["models"][name] = {"folder": folder, **knowledge(rows, scorer)}
-        if args.samples:
-            result["models"][name]["samples"] = on_samples(read_jsonl(work / "val" / "prm-eval.jsonl"),
-                                                           scorer.results)
+        if samples is not None:
+            result["models"][name]["samples"] = on_samples(samples, scorer.results)
         write_json_atomic(Path(args.out), result)
         within = result["models"][name]["within_phrasing"]["auroc"]
         print(f"{name}: the stated result's log-prob orders true above false rows of the same words "

@@ -121,10 +121,12 @@ def subset(rows: list[dict], size: int) -> list[dict]:
 
 
 def policy_folder(args, work: Path) -> str:
-    if args.policy:
-        return args.policy
-    first = read_jsonl(work / "train" / "samples.jsonl")[0]
-    return first["settings"]["policy"]
+    return args.policy or sampling_policy(work)
+
+
+def sampling_policy(work: Path) -> str:
+    """The policy that drew WORK/train's samples, as the samples' settings name it."""
+    return read_jsonl(work / "train" / "samples.jsonl")[0]["settings"]["policy"]
 
 
 def rollout_command(args, method: str, source: Path, out: Path, policy: str) -> list[str]:
