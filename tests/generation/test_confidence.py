@@ -20,12 +20,22 @@ def model(request, tiny_llama, tiny_gpt2):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def naive_tokens(model, prompt: list[int], completion: list[int]) -> list[float]:
-    """One unpadded pair: the full vocabulary's logits at every position, log_softmax, the completion's tokens."""
+def naive_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """One unpadded pair: the full vocabulary's log-probs at every position that predicts a completion token."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0]
-    logprobs = torch.log_softmax(logits.double(), dim=-1)
-    return [logprobs[len(prompt) - 1 + k, token].item() for k, token in enumerate(completion)]
+    return torch.log_softmax(logits.double(), dim=-1)[len(prompt) - 1:len(prompt) - 1 + len(completion)]
+
+
+def naive_tokens(model, prompt: list[int], completion: list[int]) -> list[float]:
+    logprobs = naive_logprobs(model, prompt, completion)
+    return [logprobs[k, token].item() for k, token in enumerate(completion)]
+
+
+def naive_margins(model, prompt: list[int], completion: list[int]) -> list[float]:
+    """Each written token's log-prob minus the best token's at its position."""
+    logprobs = naive_logprobs(model, prompt, completion)
+    return [(logprobs[k, token] - logprobs[k].max()).item() for k, token in enumerate(completion)]
 
 
 def naive(model, prompt: list[int], completion: list[int]) -> float:
@@ -48,11 +58,26 @@ def test_equals_the_naive_computation_whatever_the_batching(model, padding_side,
         assert result.token_logprobs == pytest.approx(naive_tokens(model, prompt, completion), abs=1e-5)
     assert found[1].lowest == pytest.approx(min(naive_tokens(model, PROMPTS[1], COMPLETIONS[1])), abs=1e-5)
     assert found[3].lowest is None
+    for result, prompt, completion in zip(found, PROMPTS, COMPLETIONS):
+        assert result.token_margins == pytest.approx(naive_margins(model, prompt, completion), abs=1e-5)
+    assert found[3].widest_margin is None
+
+
+def test_the_margin_is_zero_where_the_policy_wrote_its_own_first_choice(model):
+    prompt = PROMPTS[0]
+    with torch.no_grad():
+        first_choice = int(model(torch.tensor([prompt])).logits[0, -1].argmax())
+    runner_up = int(model(torch.tensor([prompt])).logits[0, -1].argsort(descending=True)[1])
+    chosen, other = completion_logprobs(model, [prompt, prompt], [[first_choice], [runner_up]])
+    assert chosen.token_margins == (0.0,)
+    assert other.widest_margin < 0
+    assert other.widest_margin == pytest.approx(other.logprob - chosen.logprob, abs=1e-5)
 
 
 def test_the_lowest_token_is_the_least_likely_one():
     result = CompletionLogprob(logprob=-3.5, tokens=3, token_logprobs=(-0.25, -3.0, -0.25))
     assert result.lowest == -3.0 and result.mean == pytest.approx(-3.5 / 3)
+    assert CompletionLogprob(-3.5, 3, (-0.25, -3.0, -0.25), (0.0, -2.5, 0.0)).widest_margin == -2.5
     assert CompletionLogprob(logprob=-1.0, tokens=2).lowest is None  # made without per-token values
 
 

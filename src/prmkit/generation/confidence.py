@@ -30,6 +30,9 @@ class CompletionLogprob:
     tokens: int  # how many completion tokens that sum covers
     # each completion token's log-prob in order: where in a sample the policy was unsure, e.g. per step
     token_logprobs: tuple[float, ...] = ()
+    # each token's log-prob minus the most likely token's at its position (0 where the policy wrote its own first
+    # choice): a slip the policy would not have made shows as a large gap, however hard the step was
+    token_margins: tuple[float, ...] = ()
 
     @property
     def mean(self) -> float | None:
@@ -41,6 +44,12 @@ class CompletionLogprob:
         """The least likely token's log-prob: one slip in an otherwise sure sample shows here and fades in the
         mean; None for an empty completion (or one computed without per-token values)."""
         return min(self.token_logprobs) if self.token_logprobs else None
+
+    @property
+    def widest_margin(self) -> float | None:
+        """The largest gap between a written token and the policy's first choice at its position (the lowest
+        margin, <= 0); None for an empty completion (or one computed without per-token values)."""
+        return min(self.token_margins) if self.token_margins else None
 
 
 def completion_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
@@ -69,9 +78,9 @@ def completion_logprobs(model, prompt_ids: Sequence[Sequence[int]], completion_i
         rows = order[start:start + batch_size]
         per_row = _batch_logprobs(model, [list(prompt_ids[i]) for i in rows],
                                   [list(completion_ids[i]) for i in rows], positions_per_chunk, padding_side)
-        for i, values in zip(rows, per_row):
+        for i, (values, margins) in zip(rows, per_row):
             results[i] = CompletionLogprob(logprob=float(sum(values)), tokens=len(completion_ids[i]),
-                                           token_logprobs=tuple(values))
+                                           token_logprobs=tuple(values), token_margins=tuple(margins))
     return results  # type: ignore[return-value]
 
 
@@ -88,7 +97,8 @@ def _check_plain_head(model) -> None:
 
 @torch.inference_mode()
 def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]], positions_per_chunk: int,
-                    padding_side: str) -> list[list[float]]:
+                    padding_side: str) -> list[tuple[list[float], list[float]]]:
+    """Per pair: each completion token's log-prob, and its margin below the most likely token there."""
     device = next(model.parameters()).device
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     width = max(lengths)
@@ -105,7 +115,7 @@ def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]
         columns += range(first - 1, first - 1 + len(completion))
         targets += completion
     if not targets:
-        return [[] for _ in prompts]
+        return [([], []) for _ in prompts]
     # Positions count real tokens only, so a left-padded row sees the same positions as the row alone.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     hidden = model.base_model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
@@ -113,12 +123,16 @@ def _batch_logprobs(model, prompts: list[list[int]], completions: list[list[int]
     head = model.get_output_embeddings()
     rows_t, columns_t = torch.tensor(rows, device=device), torch.tensor(columns, device=device)
     targets_t = torch.tensor(targets, device=device)
-    token_logprobs = []
+    token_logprobs, token_margins = [], []
     for start in range(0, len(targets), positions_per_chunk):
         piece = slice(start, start + positions_per_chunk)
-        logits = head(hidden[rows_t[piece], columns_t[piece]]).float()
-        token_logprobs.append(torch.log_softmax(logits, dim=-1).gather(-1, targets_t[piece, None]).squeeze(-1))
+        logprobs = torch.log_softmax(head(hidden[rows_t[piece], columns_t[piece]]).float(), dim=-1)
+        written = logprobs.gather(-1, targets_t[piece, None]).squeeze(-1)
+        token_logprobs.append(written)
+        token_margins.append(written - logprobs.max(dim=-1).values)
     # the targets run row by row, each row's completion in order; float64, so that a row's sum does not depend on
     # how the batch was cut
-    per_token = torch.cat(token_logprobs).double().cpu()
-    return [row.tolist() for row in per_token.split([len(c) for c in completions])]
+    sizes = [len(c) for c in completions]
+    per_token = torch.cat(token_logprobs).double().cpu().split(sizes)
+    per_margin = torch.cat(token_margins).double().cpu().split(sizes)
+    return [(values.tolist(), margins.tolist()) for values, margins in zip(per_token, per_margin)]
