@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from arithmetic_knowledge import model_folder  # noqa: E402
 from confidence import step_of_each_token  # noqa: E402
 from data_curve import drawn_by_policy, sampling_policy, subset  # noqa: E402
 from lifecycle.exact import equations  # noqa: E402
@@ -169,6 +170,22 @@ def sample_scores(readings: dict[str, list[dict[str, float]]], learned: dict) ->
     return scores
 
 
+def first_choice_shares(steps: list[list[str]], readings: list[list[dict[str, float]]]) -> dict:
+    """Over the validation steps that state a result: how often a step whose every equation is true (`right`) or
+    one with a false equation (`slip`) wrote the model's own first choice at every result token (margin 0). A slip
+    the model would have made itself is one its reading cannot see."""
+    counts = {"right": [0, 0], "slip": [0, 0]}
+    for sample_steps, sample_readings in zip(steps, readings):
+        for step, reading in zip(sample_steps, sample_readings):
+            found = equations(step)
+            if found:
+                kind = counts["right" if all(e.true for e in found) else "slip"]
+                kind[0] += 1
+                kind[1] += reading["result-margin"] == 0.0
+    return {kind: {"steps": total, "first_choice_share": round(first / total, 4) if total else None}
+            for kind, (total, first) in counts.items()}
+
+
 def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
     """prmkit.evaluation.within_problem's groups, one per validation problem."""
     names = list(scores[0][0])
@@ -177,14 +194,6 @@ def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
              "truncated": [s["finish_reason"] == "length" for s in problem["samples"]],
              "scores": {name: [per[name] for per in per_sample] for name in names}}
             for problem, per_sample in zip(problems, scores)]
-
-
-def model_folder(name: str, work: Path) -> str:
-    if name == "policy":
-        return sampling_policy(work)
-    from prmkit.backbones import resolve_base
-
-    return resolve_base(name)
 
 
 def causal_lm_values(folder: str):
@@ -246,6 +255,8 @@ def main(argv=None, values_for=causal_lm_values) -> dict:
               "validation": {"problems": len(data), "samples": len(flat),
                              "problems_with_both_outcomes": sum(0 < sum(g["correct"]) < len(g["correct"])
                                                                 for g in data)},
+              "first_choice": {m: first_choice_shares([row["steps"] for row in flat], val_readings[m])
+                               for m in models},
               "readings": readings, "seconds": round(time.perf_counter() - started, 1)}
     write_json_atomic(Path(args.out), result)
     for name, entry in readings.items():

@@ -50,6 +50,14 @@ def test_a_samples_score_is_its_lowest_step_for_every_model_and_reading():
     assert scores["both"] == pytest.approx(1 / 3.5)
 
 
+def test_first_choice_shares_count_steps_that_state_a_result_by_their_equations():
+    steps = [["So 2 + 2 = 4.", "So 3 + 3 = 7.", "No sums here."], ["So 1 + 1 = 2."]]
+    zero = {name: 0.0 for name in lm_step_features.READINGS}
+    readings = [[zero, zero, zero], [{**zero, "result-margin": -1.0}]]
+    shares = lm_step_features.first_choice_shares(steps, readings)
+    assert shares == {"right": {"steps": 2, "first_choice_share": 0.5}, "slip": {"steps": 1, "first_choice_share": 1.0}}
+
+
 def arithmetic_values(rows):
     """A policy that knows the sums: sure of every token except a stated result that is wrong."""
     out = []
@@ -116,6 +124,8 @@ def test_a_policy_that_knows_the_sums_orders_every_pair_by_its_results(tmp_path)
     # the wrong samples' wrong sum is their only unlikely token, so it shows in the pooled readings too
     assert readings["policy lowest-token"]["within_problem_auroc"]["auroc"] == 1.0
     assert json.loads(out.read_text())["readings"].keys() == readings.keys()
+    assert result["first_choice"]["policy"]["slip"]["first_choice_share"] == 0.0  # it never writes a wrong sum
+    assert result["first_choice"]["policy"]["right"]["first_choice_share"] == 1.0
 
     def never(policy):
         raise AssertionError("the per-token values were cached and should not be computed again")
