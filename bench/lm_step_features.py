@@ -12,7 +12,9 @@ each step gets these readings of its tokens:
   first choice everywhere), which a hard but right step does not pay and a slip does;
 - `result-logprob` and `result-margin`: the same two over the tokens of the step's stated results only (the
   numbers after each `=`, bench/lifecycle/exact.py's equations); 0 for a step that states none.
-A sample's score under one reading is its lowest step (exp of it, a probability like a PRM's score). `learned`
+A sample's score under one reading is its lowest step (exp of it, a probability like a PRM's score). Beside them,
+`exact step labels` scores a sample 1 when the exact judge labels every step right and 0 otherwise: a PRM that never
+misjudges a step, the ceiling of a process score where some samples reach the gold answer through a false step. `learned`
 stacks the five: a logistic regression (`prmkit.training.head_init.fit_linear_head`) on each step's running lowest
 of every reading (a step after a slip is wrong too), fitted to the exact step labels of the training solutions a
 PRM of bench/data_curve.py trains on, its sample score the lowest step's probability.
@@ -48,6 +50,10 @@ from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E40
 
 READINGS = ("mean", "lowest-token", "margin", "result-logprob", "result-margin")
 LEARNED = "learned"
+# The exact judge's own step labels as a score: what a PRM that never misjudges a step would do. A sample that
+# reaches the gold answer through a false step is right by its answer and wrong by its steps, so even this score
+# orders some pairs the wrong way: the ceiling of any process score judged by answers.
+EXACT = "exact step labels"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -186,6 +192,11 @@ def first_choice_shares(steps: list[list[str]], readings: list[list[dict[str, fl
             for kind, (total, first) in counts.items()}
 
 
+def exact_score(sample: dict) -> float | None:
+    """1.0 for a sample whose every step the exact judge labels right, 0.0 otherwise (None without labels)."""
+    return float(min(sample["labels"])) if sample.get("labels") else None
+
+
 def groups(problems: list[dict], scores: list[list[dict]]) -> list[dict]:
     """prmkit.evaluation.within_problem's groups, one per validation problem."""
     names = list(scores[0][0])
@@ -237,7 +248,7 @@ def main(argv=None, values_for=causal_lm_values) -> dict:
         name = f"{chosen[0]} {LEARNED}" if len(chosen) == 1 else f"{LEARNED}, every model"
         learned[name] = (chosen, fit(features, labels, feature_names(chosen)))
     per_sample = iter(sample_scores({m: val_readings[m][i] for m in models}, learned) for i in range(len(flat)))
-    scores = [[next(per_sample) for _ in p["samples"]] for p in problems]
+    scores = [[{**next(per_sample), EXACT: exact_score(sample)} for sample in p["samples"]] for p in problems]
     data = groups(problems, scores)
     n = min(len(g["correct"]) for g in data)
     readings = {}
@@ -254,7 +265,11 @@ def main(argv=None, values_for=causal_lm_values) -> dict:
                                        for name, (_, fn) in learned.items()}},
               "validation": {"problems": len(data), "samples": len(flat),
                              "problems_with_both_outcomes": sum(0 < sum(g["correct"]) < len(g["correct"])
-                                                                for g in data)},
+                                                                for g in data),
+                             # right by the answer, wrong by the exact judge's step labels
+                             "right_samples": sum(bool(s["correct"]) for p in problems for s in p["samples"]),
+                             "right_samples_with_a_wrong_step": sum(bool(s["correct"]) and exact_score(s) == 0.0
+                                                                    for p in problems for s in p["samples"])},
               "first_choice": {m: first_choice_shares([row["steps"] for row in flat], val_readings[m])
                                for m in models},
               "readings": readings, "seconds": round(time.perf_counter() - started, 1)}

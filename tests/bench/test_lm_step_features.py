@@ -127,8 +127,24 @@ def test_a_policy_that_knows_the_sums_orders_every_pair_by_its_results(tmp_path)
     assert result["first_choice"]["policy"]["slip"]["first_choice_share"] == 0.0  # it never writes a wrong sum
     assert result["first_choice"]["policy"]["right"]["first_choice_share"] == 1.0
 
+    assert readings[lm_step_features.EXACT]["within_problem_auroc"]["auroc"] == 1.0
+    assert result["validation"]["right_samples_with_a_wrong_step"] == 0
+
     def never(policy):
         raise AssertionError("the per-token values were cached and should not be computed again")
 
     again = lm_step_features.main(["--work", str(tmp_path), "--size", "8", "--out", str(out)], values_for=never)
     assert again["readings"] == readings
+
+
+def test_a_right_answer_reached_through_a_false_step_caps_the_exact_labels(tmp_path):
+    faked_work(tmp_path)
+    val = [json.loads(line) for line in (tmp_path / "val" / "samples.jsonl").read_text().splitlines()]
+    val[0]["samples"][0]["labels"] = [0, 0]  # right by its answer, a false step on the way
+    (tmp_path / "val" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in val))
+    result = lm_step_features.main(["--work", str(tmp_path), "--size", "8", "--out", str(tmp_path / "r.json")],
+                                   values_for=lambda policy: arithmetic_values)
+    assert result["validation"]["right_samples_with_a_wrong_step"] == 1
+    # problem 0: the lucky right sample ties both wrong ones (a half each), the other wins both: 3 of 4 pairs
+    exact = result["readings"][lm_step_features.EXACT]["within_problem_auroc"]
+    assert exact["auroc"] == pytest.approx((0.75 + 1 + 1 + 1) / 4)
