@@ -1,29 +1,32 @@
-"""A step score read from the policy's own next-token distribution, no PRM training: does the language model that
-wrote the samples tell a problem's right samples from its wrong ones, and through which reading?
+"""A step score read from a language model's own next-token distribution, no PRM training: does the model that
+wrote the samples (or another one) tell a problem's right samples from its wrong ones, and through which reading?
 
 bench/arithmetic_knowledge.py found the sums in the policy (its log-prob of a stated result orders true above false
 rows of the same words 0.854 of the time) and every PRM at chance on them. Almost every wrong sample here holds an
-arithmetic slip (bench/results/error_kinds_room.json), so the policy's reading of its own results is the signal a
-PRM lacks. Each sample is scored by one teacher-forced pass of the policy (`prmkit.generation.confidence`), and
-each step gets these readings of its tokens:
+arithmetic slip (bench/results/error_kinds_room.json), so a model's reading of the stated results is the signal a
+PRM lacks. Each sample is scored by one teacher-forced pass of each model in --models
+(`prmkit.generation.confidence`), and each step gets these readings of its tokens:
 - `mean`: the mean log-prob per token (the `lowest-step` confidence of bench/confidence.py);
 - `lowest-token`: the least likely token's log-prob;
-- `margin`: the widest gap between a written token and the policy's first choice there (0 where it wrote its own
+- `margin`: the widest gap between a written token and the model's first choice there (0 where it wrote the model's
   first choice everywhere), which a hard but right step does not pay and a slip does;
 - `result-logprob` and `result-margin`: the same two over the tokens of the step's stated results only (the
   numbers after each `=`, bench/lifecycle/exact.py's equations); 0 for a step that states none.
-A sample's score under one reading is its lowest step (exp of it, a probability like a PRM's score). Beside them,
-`exact step labels` scores a sample 1 when the exact judge labels every step right and 0 otherwise: a PRM that never
-misjudges a step, the ceiling of a process score where some samples reach the gold answer through a false step. `learned`
+A sample's score under one reading is its lowest step (exp of it, a probability like a PRM's score). `learned`
 stacks the five: a logistic regression (`prmkit.training.head_init.fit_linear_head`) on each step's running lowest
 of every reading (a step after a slip is wrong too), fitted to the exact step labels of the training solutions a
-PRM of bench/data_curve.py trains on, its sample score the lowest step's probability.
+PRM of bench/data_curve.py trains on, its sample score the lowest step's probability; with several models, one more
+stacks all of theirs. `exact step labels` scores a sample 1 when the exact judge labels every step right, else 0: a
+PRM that never misjudges a step, the ceiling of any process score where some samples reach the gold answer through
+a false step. Each reading is also judged against the steps instead of the answer (`within_problem_auroc_by_steps`,
+right meaning every step right), which leaves such samples out of the question.
 
-    python bench/lm_step_features.py --work /work/curve-room --size 192
+    python bench/lm_step_features.py --work /work/curve-room --size 192 --models policy,smollm2-135m
 
 Judged on WORK/val/samples.jsonl: within-problem AUROC and weighted best-of-N against majority voting, the PRMs'
 table. Validation only: this chooses a reading, and nothing here reads held-out problems. Each sample's per-token
-values are cached beside its split's samples (lm-token-values.jsonl), read again for the same policy.
+values are cached beside its split's samples (lm-token-values.jsonl for the policy, lm-token-values-NAME.jsonl for
+another model), read again for the same model folder.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from confidence import step_of_each_token  # noqa: E402
 from data_curve import drawn_by_policy, sampling_policy, subset  # noqa: E402
 from lifecycle.exact import equations  # noqa: E402
 from lifecycle.onpolicy import DELIMITER  # noqa: E402
+from prmkit.evaluation.metrics import within_problem_auroc  # noqa: E402
 from prmkit.evaluation.within_problem import WEIGHTED, within_problem_metrics  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
@@ -178,18 +182,28 @@ def sample_scores(readings: dict[str, list[dict[str, float]]], learned: dict) ->
 
 def first_choice_shares(steps: list[list[str]], readings: list[list[dict[str, float]]]) -> dict:
     """Over the validation steps that state a result: how often a step whose every equation is true (`right`) or
-    one with a false equation (`slip`) wrote the model's own first choice at every result token (margin 0). A slip
-    the model would have made itself is one its reading cannot see."""
+    one with a false equation (`slip`) wrote the model's own first choice at every result token (margin 0), and
+    how well each result reading tells the two apart (`slip_auroc`: a right step above a slip). A slip the model
+    would have made itself is one its reading cannot see."""
+    from prmkit.evaluation.metrics import auroc
+
     counts = {"right": [0, 0], "slip": [0, 0]}
+    values: dict[str, list[float]] = {"result-logprob": [], "result-margin": []}
+    truths = []
     for sample_steps, sample_readings in zip(steps, readings):
         for step, reading in zip(sample_steps, sample_readings):
             found = equations(step)
             if found:
-                kind = counts["right" if all(e.true for e in found) else "slip"]
+                right = all(e.true for e in found)
+                kind = counts["right" if right else "slip"]
                 kind[0] += 1
                 kind[1] += reading["result-margin"] == 0.0
-    return {kind: {"steps": total, "first_choice_share": round(first / total, 4) if total else None}
-            for kind, (total, first) in counts.items()}
+                truths.append(right)
+                for name in values:
+                    values[name].append(reading[name])
+    shares = {kind: {"steps": total, "first_choice_share": round(first / total, 4) if total else None}
+              for kind, (total, first) in counts.items()}
+    return {**shares, "slip_auroc": {name: auroc(v, truths) for name, v in values.items()}}
 
 
 def exact_score(sample: dict) -> float | None:
@@ -252,9 +266,15 @@ def main(argv=None, values_for=causal_lm_values) -> dict:
     data = groups(problems, scores)
     n = min(len(g["correct"]) for g in data)
     readings = {}
+    by_steps = [[exact_score(sample) == 1.0 for sample in p["samples"]] for p in problems]
     for name in data[0]["scores"]:
         judged = within_problem_metrics(data, (name,), correct_from="answer", aggregation=name)
-        readings[name] = {"within_problem_auroc": judged["auroc"][name], "at_n": n,
+        readings[name] = {"within_problem_auroc": judged["auroc"][name],
+                          # the same pairs judged by the steps instead of the answer: right means the exact judge
+                          # labels every step right, so a sample right by luck counts as wrong
+                          "within_problem_auroc_by_steps": within_problem_auroc(
+                              [(g["scores"][name], steps_right) for g, steps_right in zip(data, by_steps)]),
+                          "at_n": n,
                           "versus_majority": {rule: values[str(n)]
                                               for rule, values in judged["by_n"]["versus_majority"].items()}}
     result = {"command": "python bench/lm_step_features.py " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -55,7 +55,10 @@ def test_first_choice_shares_count_steps_that_state_a_result_by_their_equations(
     zero = {name: 0.0 for name in lm_step_features.READINGS}
     readings = [[zero, zero, zero], [{**zero, "result-margin": -1.0}]]
     shares = lm_step_features.first_choice_shares(steps, readings)
-    assert shares == {"right": {"steps": 2, "first_choice_share": 0.5}, "slip": {"steps": 1, "first_choice_share": 1.0}}
+    assert shares["right"] == {"steps": 2, "first_choice_share": 0.5}
+    assert shares["slip"] == {"steps": 1, "first_choice_share": 1.0}
+    # the slip reads 0, the right steps 0 and -1: one pair tied, one the wrong way
+    assert shares["slip_auroc"]["result-margin"] == 0.25
 
 
 def arithmetic_values(rows):
@@ -145,6 +148,8 @@ def test_a_right_answer_reached_through_a_false_step_caps_the_exact_labels(tmp_p
     result = lm_step_features.main(["--work", str(tmp_path), "--size", "8", "--out", str(tmp_path / "r.json")],
                                    values_for=lambda policy: arithmetic_values)
     assert result["validation"]["right_samples_with_a_wrong_step"] == 1
+    # judged by its steps the lucky sample is wrong, and the exact labels order every pair
+    assert result["readings"][lm_step_features.EXACT]["within_problem_auroc_by_steps"]["auroc"] == 1.0
     # problem 0: the lucky right sample ties both wrong ones (a half each), the other wins both: 3 of 4 pairs
     exact = result["readings"][lm_step_features.EXACT]["within_problem_auroc"]
     assert exact["auroc"] == pytest.approx((0.75 + 1 + 1 + 1) / 4)
