@@ -195,6 +195,7 @@ def test_correctness_from_labels_and_files_without_groups_say_why(tiny_run, tmp_
     within = splits["labelled"]["within_problem"]
     assert within["correct_from"] == CORRECT_FROM_LABELS and within["by_n"]["n"] == [1, 2, 3]
     assert within["auroc"]["min"]["pairs"] == 2 and within["by_n"]["note"].startswith("majority vote")
+    assert "step_label_ceiling" not in within  # the labels decide correctness here: their own score is 1 by design
     assert splits["labelled"]["best_of_n"]["oracle"] == 1.0
     assert "two or more samples" in splits["unique"]["within_problem"]["skipped"]
     assert splits["unique"]["best_of_n"] is None
@@ -218,3 +219,38 @@ def test_a_sample_without_an_answer_votes_for_nothing_and_the_vote_is_still_repo
     assert "note" not in result and "best-of-N - majority vote" in result["versus_majority"]
     # problem 1: a 2-2 tie between 4 and 5 (expected 0.5); problem 2: 9 has two votes, 6 one, the cut sample none
     assert result["methods"]["majority vote"]["4"]["accuracy"] == pytest.approx(0.75)
+
+
+def test_the_step_label_ceiling_counts_right_answers_reached_through_a_wrong_step():
+    from prmkit.evaluation.within_problem import step_label_ceiling
+
+    lucky = {**group([True, True, False], ["4", "4", "5"], [0.9, 0.8, 0.1]), "steps_right": [True, False, False]}
+    clean = {**group([True, False], ["9", "6"], [0.5, 0.4]), "steps_right": [True, False]}
+    ceiling = step_label_ceiling([lucky, clean])
+    # problem 1: the clean right sample beats the wrong one, the lucky one ties it (0.75); problem 2: 1.0
+    assert ceiling["auroc"] == pytest.approx((0.75 + 1.0) / 2) and ceiling["auroc_pooled"] == pytest.approx(2.5 / 3)
+    assert (ceiling["right_samples"], ceiling["right_with_a_wrong_step"]) == (3, 1)
+    assert step_label_ceiling([lucky, group([True, False], ["9", "6"], [0.5, 0.4])]) is None  # one group unlabelled
+    assert step_label_ceiling([{**clean, "steps_right": [True, None]}]) is None
+
+
+def test_eval_gives_the_step_labels_ceiling_where_answers_decide_correctness(tiny_run, tmp_path, capsys):
+    from prmkit.cli import main
+    from prmkit.files import write_jsonl
+
+    rows = [{"prompt": "What is 6 + 3 - 1?", "completions": steps, "labels": labels, "correct": ok, "answer": answer}
+            for steps, labels, ok, answer in (
+                (["6 + 3 = 9.", "9 - 1 = 8."], [1, 1], True, "8"),
+                (["6 + 3 = 10.", "10 - 1 = 8."], [0, 0], True, "8"),  # right answer, wrong steps
+                (["6 + 3 = 9.", "9 - 1 = 7."], [1, 0], False, "7"),
+                (["6 + 3 = 8.", "8 - 1 = 7."], [0, 0], False, "7"))]
+    write_jsonl(rows, tmp_path / "lucky.jsonl")
+    out = tmp_path / "eval"
+    assert main(["eval", str(tiny_run), str(tmp_path / "lucky.jsonl"), "--out", str(out), "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    within = json.loads((out / "metrics.json").read_text())["splits"]["lucky"]["within_problem"]
+    ceiling = within["step_label_ceiling"]
+    assert ceiling["auroc"] == pytest.approx(0.75) and ceiling["pairs"] == 4
+    assert (ceiling["right_samples"], ceiling["right_with_a_wrong_step"]) == (2, 1)
+    assert "step labels (ceiling)" in printed
+    assert "the step labels themselves, the ceiling" in (out / "report.html").read_text()

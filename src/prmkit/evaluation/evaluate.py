@@ -38,7 +38,7 @@ from prmkit.evaluation.processbench import (
     processbench_f1,
 )
 from prmkit.evaluation.splits import Chain, Split, chain_lengths, evenly_spaced, load_split  # noqa: F401
-from prmkit.evaluation.within_problem import within_problem_metrics
+from prmkit.evaluation.within_problem import step_label_ceiling, within_problem_metrics
 from prmkit.files import write_json_atomic
 from prmkit.scoring.aggregate import AGGREGATIONS, aggregate, is_truncated
 from prmkit.scoring.options import ScoringOptions
@@ -144,6 +144,9 @@ def best_of_n_groups(split: Split) -> list[dict]:
                      "scores": {how: [aggregate(c.scores, how) for c in chains] for how in AGGREGATIONS}}
             if all(c.mean_logprob is not None for c in chains):
                 group["confidence"] = [c.mean_logprob for c in chains]
+            steps_right = [_all_steps_right(c.labels) for c in chains]
+            if None not in steps_right:
+                group["steps_right"] = steps_right
             groups.append(group)
     return groups
 
@@ -193,6 +196,10 @@ def split_metrics(split: Split, threshold: float) -> dict:
                          "labels)" if source is None else
               "no prompt has two or more samples whose correctness is known; within-problem metrics compare "
               "samples of one problem"})
+    # correctness from the step labels would make the labels' own score perfect by construction
+    ceiling = step_label_ceiling(groups) if source == CORRECT_FROM_FIELD else None
+    if ceiling is not None:
+        result["within_problem"]["step_label_ceiling"] = ceiling
     return result
 
 
@@ -333,6 +340,11 @@ def within_problem_summary(name: str, within: dict) -> dict[str, str]:
             f"({confidence['problems']} problems with both outcomes, {confidence['one_sided']} one-sided)")
     elif within.get("confidence_note"):
         lines[f"{name}: policy confidence"] = f"none: {within['confidence_note']}"
+    ceiling = within.get("step_label_ceiling")
+    if ceiling is not None:
+        lines[f"{name}: within-problem AUROC (the step labels themselves, the ceiling)"] = (
+            f"{format_value(ceiling['auroc'])} per problem, {format_value(ceiling['auroc_pooled'])} pooled "
+            f"({ceiling['right_with_a_wrong_step']} of {ceiling['right_samples']} right samples have a wrong step)")
     for method, cells in result["methods"].items():
         cell = cells[n]
         lines[f"{name}: {method} at N={n}"] = f"{cell['accuracy']:.3f} [{cell['low']:.2f}, {cell['high']:.2f}]"

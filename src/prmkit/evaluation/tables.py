@@ -82,17 +82,27 @@ def within_auroc_table(within: dict[str, dict]) -> Table:
                   "(mean over problems; pooled over pairs in brackets)", title_justify="left")
     aggregations = list(next(iter(within.values()))["auroc"])
     confident = any("confidence_auroc" in w for w in within.values())
+    labelled = any("step_label_ceiling" in w for w in within.values())
     for title in ("split", "problems", "both outcomes", "pairs", "one-sided", *aggregations,
-                  *(["policy confidence"] if confident else [])):
+                  *(["policy confidence"] if confident else []), *(["step labels (ceiling)"] if labelled else [])):
         table.add_column(title, justify="left" if title == "split" else "right")
     for name, w in within.items():
         counts = w["auroc"][w["by_n"]["aggregation"]]
         confidence = [auroc_cell(w["confidence_auroc"]) if "confidence_auroc" in w else "-"] if confident else []
+        ceiling = [auroc_cell(w["step_label_ceiling"]) if "step_label_ceiling" in w else "-"] if labelled else []
         table.add_row(name, str(w["problems"]), str(counts["problems"]), str(counts["pairs"]),
-                      str(counts["one_sided"]), *(auroc_cell(w["auroc"][how]) for how in aggregations), *confidence)
+                      str(counts["one_sided"]), *(auroc_cell(w["auroc"][how]) for how in aggregations), *confidence,
+                      *ceiling)
+    notes = []
     if confident:
-        table.caption = ("policy confidence: the policy's mean log-prob per token as the score, on the pairs of the "
-                         "by-N chain score; a PRM that does not beat it adds nothing the policy did not know")
+        notes.append("policy confidence: the policy's mean log-prob per token as the score, on the pairs of the "
+                     "by-N chain score; a PRM that does not beat it adds nothing the policy did not know")
+    if labelled:
+        notes.append("step labels (ceiling): each sample scored 1 when its labels call every step right, a PRM "
+                     "that never misjudges a step; below 1 where right answers were reached through wrong steps "
+                     "(metrics.json: right_with_a_wrong_step), and no PRM judged by answers is expected above it")
+    if notes:
+        table.caption = "\n".join(notes)
         table.caption_justify = "left"
     return table
 

@@ -6,14 +6,19 @@ rank the samples of one problem no better than chance; these numbers show it.
 
 A group is one problem's samples in file order, as `evaluate.best_of_n_groups` builds them: `correct`, `answers`
 (None when some sample has no answer), `truncated`, `scores` ({aggregation: chain scores}), optionally `key`
-(what names the problem; its position otherwise) and optionally `confidence` (each sample's mean log-prob per
-token under the policy). Where every group has `confidence`, the policy's own confidence is a chooser beside the
+(what names the problem; its position otherwise), optionally `confidence` (each sample's mean log-prob per
+token under the policy) and optionally `steps_right` (whether step labels call every step of the sample right). Where every group has `confidence`, the policy's own confidence is a chooser beside the
 PRM, the baseline a PRM must beat: its within-problem AUROC on the PRM's pairs, best-of-N by it at each N against
 majority vote, and the PRM's best-of-N minus it, paired by problem. At N every problem keeps its first N samples,
 so N stops at the smallest group. Random, majority vote, best-of-N and weighted best-of-N are expected correctness
 (ties broken at random, as in `metrics.choice_accuracy`); the vote-aware rules of `evaluation.selection` are the
 correctness of the sample they pick with their default settings, majority-of-bests seeded per problem. Every
 interval is seeded, so a rerun prints the same table.
+
+Where correctness comes from the answers and every group has `steps_right`, `step_label_ceiling` is the
+within-problem AUROC of the step labels themselves: the score of a PRM that never misjudges a step. A sample that
+reaches a right answer through a wrong step is right by its answer and wrong by its steps, so that figure is below 1
+by as much as such samples weigh, and no PRM judged by answers can be expected above it.
 """
 
 from __future__ import annotations
@@ -139,6 +144,16 @@ def within_problem_metrics(groups: Sequence[dict], aggregations: Sequence[str], 
             f"only {confident} of {len(groups)} problems have a mean_logprob on every sample; the policy's "
             "confidence is compared with the PRM on all problems or none")
     return result
+
+
+def step_label_ceiling(groups: Sequence[dict]) -> dict | None:
+    """The within-problem AUROC of each sample scored 1 when its step labels call every step right, else 0, and
+    how many right samples have a wrong step; None unless every group has `steps_right` for every sample."""
+    if not groups or any(g.get("steps_right") is None or None in g["steps_right"] for g in groups):
+        return None
+    ceiling = within_problem_auroc([([float(s) for s in g["steps_right"]], g["correct"]) for g in groups])
+    right = [s for g in groups for s, c in zip(g["steps_right"], g["correct"]) if c]
+    return {**ceiling, "right_samples": len(right), "right_with_a_wrong_step": sum(not s for s in right)}
 
 
 def on_prm_pairs(confidence: Sequence[float], prm_scores: Sequence[float | None]) -> list[float | None]:
