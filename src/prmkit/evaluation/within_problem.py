@@ -7,10 +7,11 @@ rank the samples of one problem no better than chance; these numbers show it.
 A group is one problem's samples in file order, as `evaluate.best_of_n_groups` builds them: `correct`, `answers`
 (None when some sample has no answer), `truncated`, `scores` ({aggregation: chain scores}), optionally `key`
 (what names the problem; its position otherwise), optionally `confidence` (each sample's mean log-prob per
-token under the policy) and optionally `steps_right` (whether step labels call every step of the sample right). Where every group has `confidence`, the policy's own confidence is a chooser beside the
-PRM, the baseline a PRM must beat: its within-problem AUROC on the PRM's pairs, best-of-N by it at each N against
-majority vote, and the PRM's best-of-N minus it, paired by problem. At N every problem keeps its first N samples,
-so N stops at the smallest group. Random, majority vote, best-of-N and weighted best-of-N are expected correctness
+token under the policy) and optionally `steps_right` (whether step labels call every step of the sample right).
+Where every group has `confidence`, the policy's own confidence is a chooser beside the PRM, the baseline a PRM
+must beat: its within-problem AUROC on the PRM's pairs, best-of-N by it at each N against majority vote, and the
+PRM's best-of-N minus it, paired by problem. At N every problem keeps its first N samples, so N stops at the
+smallest group. Random, majority vote, best-of-N and weighted best-of-N are expected correctness
 (ties broken at random, as in `metrics.choice_accuracy`); the vote-aware rules of `evaluation.selection` are the
 correctness of the sample they pick with their default settings, majority-of-bests seeded per problem. Every
 interval is seeded, so a rerun prints the same table.
