@@ -10,7 +10,7 @@ RECORD = {"prompt": "Tom has 12 apples and buys 7 more. How many?", "correct": T
           "completions": ["He has 12 + 7 = 19 apples.", "The answer is \\boxed{19}."]}
 
 
-def test_the_rows_are_data_curves_true_draws():
+def test_only_true_sums_are_kept_to_learn_from():
     rows = calculator.true_rows([RECORD], per_solution=16)
     assert rows and all(r["labels"] == [1] for r in rows)
     for row in rows:
