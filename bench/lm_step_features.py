@@ -49,7 +49,7 @@ from data_curve import drawn_by_policy, sampling_policy, subset  # noqa: E402
 from lifecycle.exact import equations  # noqa: E402
 from lifecycle.onpolicy import DELIMITER  # noqa: E402
 from prmkit.evaluation.metrics import within_problem_auroc  # noqa: E402
-from prmkit.evaluation.within_problem import WEIGHTED, within_problem_metrics  # noqa: E402
+from prmkit.evaluation.within_problem import WEIGHTED, step_label_ceiling, within_problem_metrics  # noqa: E402
 from prmkit.files import read_jsonl, write_json_atomic, write_jsonl  # noqa: E402
 
 READINGS = ("mean", "lowest-token", "margin", "result-logprob", "result-margin")
@@ -267,6 +267,7 @@ def main(argv=None, values_for=causal_lm_values) -> dict:
     n = min(len(g["correct"]) for g in data)
     readings = {}
     by_steps = [[exact_score(sample) == 1.0 for sample in p["samples"]] for p in problems]
+    ceiling = step_label_ceiling([{**g, "steps_right": right} for g, right in zip(data, by_steps)])
     for name in data[0]["scores"]:
         judged = within_problem_metrics(data, (name,), correct_from="answer", aggregation=name)
         readings[name] = {"within_problem_auroc": judged["auroc"][name],
@@ -287,9 +288,8 @@ def main(argv=None, values_for=causal_lm_values) -> dict:
                              "problems_with_both_outcomes": sum(0 < sum(g["correct"]) < len(g["correct"])
                                                                 for g in data),
                              # right by the answer, wrong by the exact judge's step labels
-                             "right_samples": sum(bool(s["correct"]) for p in problems for s in p["samples"]),
-                             "right_samples_with_a_wrong_step": sum(bool(s["correct"]) and exact_score(s) == 0.0
-                                                                    for p in problems for s in p["samples"])},
+                             "right_samples": ceiling["right_samples"],
+                             "right_samples_with_a_wrong_step": ceiling["right_with_a_wrong_step"]},
               "first_choice": {m: first_choice_shares([row["steps"] for row in flat], val_readings[m])
                                for m in models},
               "readings": readings, "seconds": round(time.perf_counter() - started, 1)}
